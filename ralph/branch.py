@@ -1,0 +1,65 @@
+"""The ralph branch in the user's repo: one commit per accepted candidate, on top of the snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ralph.candidate import FileChange
+from ralph.errors import RalphError
+from ralph.gitops import Snapshot, commit_changes, read_blob, set_branch
+
+
+class RalphBranch:
+    """Created at the first accepted candidate; HEAD, the index and the working tree are never touched."""
+
+    def __init__(self, snap: Snapshot, name: str) -> None:
+        self.snap = snap
+        self.name = name
+        self.tip: str | None = None  # None until something was accepted
+        self.changed: dict[str, str | None] = {}  # toplevel-relative path -> final content
+
+    def _full(self, path: str) -> str:
+        return f"{self.snap.subdir}/{path}" if self.snap.subdir else path
+
+    def commit(self, changes: Sequence[FileChange], message: str) -> str:
+        parent = self.tip or self.snap.commit
+        files = {self._full(c.path): c.after for c in changes}
+        commit = commit_changes(self.snap.toplevel, parent, files, message)
+        set_branch(self.snap.toplevel, self.name, commit, self.tip)
+        self.tip = commit
+        self.changed.update(files)
+        return commit
+
+    def apply_to_working_tree(self) -> list[str]:
+        """Write the branch's changes into the user's working tree (not the index), only where the
+        files are still as they were at the snapshot; otherwise change nothing and raise."""
+        moved = [
+            path
+            for path in self.changed
+            if _read(self.snap.toplevel / path) != read_blob(self.snap.toplevel, self.snap.commit, path)
+        ]
+        if moved:
+            raise RalphError(
+                f"--apply refused: changed since the run started: {', '.join(sorted(moved))} "
+                f"(the fix is on branch {self.name})"
+            )
+        for path, content in self.changed.items():
+            target = self.snap.toplevel / path
+            if content is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(f".{target.name}.ralph-tmp")
+                tmp.write_text(content, encoding="utf-8", newline="")
+                if target.exists():
+                    tmp.chmod(target.stat().st_mode)
+                tmp.replace(target)
+        return sorted(self.changed)
+
+
+def _read(file: Path) -> str | None:
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,154 @@
+"""The `ralph` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ralph.errors import RalphError
+
+app = typer.Typer(
+    name="ralph",
+    help="An agentic coding loop: fast drafters, cheap staged verification.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+)
+err = Console(stderr=True)
+
+
+@app.callback()
+def _root() -> None:
+    """ralph: fix failing checks with a fast drafter and cheap verification."""
+
+
+@app.command()
+def fix(
+    path: Annotated[Path, typer.Argument(help="The project to fix (inside a git repository).")] = Path("."),
+    task: Annotated[str | None, typer.Option(help="What to achieve, in words.")] = None,
+    tests: Annotated[
+        list[str] | None, typer.Option("--tests", help="Target test node ids (repeatable).")
+    ] = None,
+    check: Annotated[
+        list[str] | None, typer.Option("--check", help="Extra check command, exit 0 = pass.")
+    ] = None,
+    drafter: Annotated[str | None, typer.Option(help="auto, mutation, replay:FILE or module:Class.")] = None,
+    router: Annotated[str | None, typer.Option(help="Routing policy.")] = None,
+    candidates: Annotated[int | None, typer.Option(help="Candidates per iteration.")] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Iteration budget (default 20).")] = None,
+    max_seconds: Annotated[float | None, typer.Option(help="Wall-time budget in seconds.")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD (paid models).")] = None,
+    branch: Annotated[str | None, typer.Option(help="Branch for the fix (default ralph/<run-id>).")] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Also write the fix into the working tree.")] = False,
+    trace: Annotated[
+        Path | None, typer.Option(help="Trace file (default .ralph/runs/<id>/trace.jsonl).")
+    ] = None,
+    python: Annotated[str | None, typer.Option(help="The project's interpreter.")] = None,
+    types: Annotated[
+        bool | None, typer.Option("--types/--no-types", help="Run mypy (default: if configured).")
+    ] = None,
+    allow_test_edits: Annotated[
+        bool | None, typer.Option("--allow-test-edits", help="Let drafters edit tests.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+) -> None:
+    """Loop until the project's checks pass: route, draft, verify, decide, trace."""
+    from ralph.config import load_config
+    from ralph.session import fix as run_fix
+    from ralph.view import QuietView, RichView, summary_table
+
+    overrides: dict[str, Any] = {
+        "task": task,
+        "tests": tests or None,
+        "checks": check or None,
+        "drafter": drafter,
+        "router": router,
+        "candidates": candidates,
+        "max_iterations": max_iterations,
+        "max_seconds": max_seconds,
+        "max_cost": max_cost,
+        "python": python,
+        "types": types,
+        "allow_test_edits": allow_test_edits,
+    }
+    if path.is_dir():
+        config = load_config(path, overrides)
+    else:
+        raise RalphError(f"{path}: no such directory")
+    console = Console()
+    view = QuietView() if as_json else RichView(console)
+    if not as_json:
+        console.print(f"[bold]ralph fix[/] {path} · verifying the starting state…", highlight=False)
+    outcome = run_fix(path, config, view=view, branch=branch, apply=apply, trace_path=trace)
+    result = outcome.result
+    summary = {
+        "outcome": result.outcome,
+        "iterations": result.iterations,
+        "accepted": result.accepted,
+        "remaining_at_start": result.remaining_at_start,
+        "remaining": result.remaining,
+        "branch": outcome.branch,
+        "final_commit": outcome.final_commit,
+        "trace": str(outcome.trace),
+        "wall_s": round(result.wall_s, 2),
+        "cost_usd": result.cost_usd,
+        "applied": outcome.applied,
+        "run_id": outcome.run_id,
+    }
+    for notice in outcome.notices:
+        err.print(f"ralph: {notice}", highlight=False)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        console.print(summary_table(summary))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def version() -> None:
+    """Print ralph's version."""
+    from importlib.metadata import version as dist_version
+
+    print(dist_version("ralph-loop"))
+
+
+def main() -> None:
+    """Entry point: bad input is one line on stderr and exit 2, never a traceback."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # A background start may have ignored SIGINT; Ctrl-C must interrupt the run (exit 130).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except RalphError as exc:
+        err.print(f"ralph: error: {exc}", highlight=False, markup=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("ralph: interrupted", highlight=False)
+        sys.exit(130)
+    except Exception as exc:  # a bug, not bad input: still one line, details on request
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if os.environ.get("RALPH_DEBUG"):
+            raise
+        err.print(
+            f"ralph: internal error: {type(exc).__name__}: {exc} (RALPH_DEBUG=1 shows details)", markup=False
+        )
+        sys.exit(3)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,66 @@
+"""Run configuration: `[tool.ralph]` in pyproject.toml or a ralph.toml, overridden by flags."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ralph.errors import RalphError
+
+
+class RunConfig(BaseModel):
+    """Everything that shapes one `ralph fix` run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = ""
+    """What the user asked for, in words (given to model drafters and recorded in the trace)."""
+    tests: list[str] = Field(default_factory=list)
+    """Target test node ids; empty means every test."""
+    checks: list[str] = Field(default_factory=list)
+    """Extra check commands run in the project directory; exit status 0 means pass."""
+    drafter: str = "auto"
+    """Drafter name: auto, mutation, replay:FILE, or module:Class."""
+    router: str = "fast"
+    """Routing policy name."""
+    candidates: int = Field(default=4, ge=1, le=64)
+    """Candidates asked of the drafter per iteration."""
+    max_iterations: int = Field(default=20, ge=1)
+    """Stop after this many iterations."""
+    max_seconds: float | None = Field(default=None, gt=0)
+    """Stop after this much wall time."""
+    max_cost: float | None = Field(default=None, ge=0)
+    """Stop once paid models have cost this much (USD)."""
+    types: bool | None = None
+    """Run mypy: None means only when the project configures it."""
+    allow_test_edits: bool = False
+    """Let drafters edit test files."""
+    python: str | None = None
+    """The target's interpreter (else its .venv, else ralph's)."""
+
+
+def load_config(project: Path, overrides: dict[str, Any]) -> RunConfig:
+    """Config from the project's files, then `overrides` (flags that were given) on top."""
+    data: dict[str, Any] = {}
+    for name in ("pyproject.toml", "ralph.toml"):
+        file = project / name
+        if not file.exists():
+            continue
+        try:
+            parsed = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise RalphError(f"{file}: unreadable config ({exc})") from None
+        section = parsed.get("tool", {}).get("ralph", {}) if name == "pyproject.toml" else parsed
+        if not isinstance(section, dict):
+            raise RalphError(f"{file}: [tool.ralph] must be a table")
+        data.update(section)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return RunConfig.model_validate({k.replace("-", "_"): v for k, v in data.items()})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RalphError(f"invalid configuration: {where}: {first['msg']}") from None

@@ -1,0 +1,165 @@
+"""Git plumbing that never touches the user's HEAD, index or working tree.
+
+Every call runs with hooks and fsmonitor disabled: a workspace must never run a program the repo names.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from ralph.errors import GitError, RalphError
+
+SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false")
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "ralph",
+    "GIT_AUTHOR_EMAIL": "ralph@localhost",
+    "GIT_COMMITTER_NAME": "ralph",
+    "GIT_COMMITTER_EMAIL": "ralph@localhost",
+}
+
+
+def run_git(repo: Path, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None) -> str:
+    """Run one git command in `repo` with ralph's safe configuration; raise GitError on failure."""
+    full_env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    proc = subprocess.run(
+        ["git", *SAFE_CONFIG, *args], cwd=repo, env=full_env, input=input, capture_output=True, check=False
+    )
+    if proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+    return proc.stdout.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The user's starting state, stored as a commit in their object database (no ref points to it)."""
+
+    toplevel: Path
+    head: str | None  # None on an unborn branch
+    commit: str  # == head when the working tree is clean
+    tree: str
+    subdir: str  # the project directory, relative to the toplevel ("" for the root)
+
+
+def open_repo(path: Path) -> tuple[Path, str]:
+    """The toplevel of the git repository containing `path`, and `path` relative to it."""
+    if not path.exists():
+        raise RalphError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise RalphError(f"{path}: not a directory")
+    try:
+        repo = git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise RalphError(f"{path}: not a git repository (run `git init` there first)") from None
+    if repo.bare or repo.working_tree_dir is None:
+        raise RalphError(f"{path}: a bare repository has no working tree to fix")
+    toplevel = Path(repo.working_tree_dir).resolve()
+    subdir = path.resolve().relative_to(toplevel).as_posix()
+    return toplevel, "" if subdir == "." else subdir
+
+
+@contextmanager
+def temporary_index(toplevel: Path, seed: bool = False) -> Iterator[dict[str, str]]:
+    """An environment whose GIT_INDEX_FILE is a private copy, so the user's index is never written."""
+    with tempfile.TemporaryDirectory(prefix="ralph-index-") as tmp:
+        index = Path(tmp) / "index"
+        if seed:
+            user_index = Path(run_git(toplevel, "rev-parse", "--git-path", "index").strip())
+            user_index = user_index if user_index.is_absolute() else toplevel / user_index
+            if user_index.exists():
+                shutil.copyfile(user_index, index)  # keeps stat data, so `add -A` rehashes only what changed
+        yield {"GIT_INDEX_FILE": str(index)}
+
+
+def snapshot(path: Path) -> Snapshot:
+    """Record the working tree (tracked, modified and untracked-not-ignored files) as a commit."""
+    toplevel, subdir = open_repo(path)
+    try:
+        head: str | None = run_git(toplevel, "rev-parse", "--verify", "-q", "HEAD").strip()
+    except GitError:
+        head = None
+    with temporary_index(toplevel, seed=True) as env:
+        run_git(toplevel, "add", "-A", "--", ".", env=env)
+        tree = run_git(toplevel, "write-tree", env=env).strip()
+    if head and run_git(toplevel, "rev-parse", f"{head}^{{tree}}").strip() == tree:
+        return Snapshot(toplevel, head, head, tree, subdir)
+    parents = ["-p", head] if head else []
+    commit = run_git(
+        toplevel, "commit-tree", tree, *parents, "-m", "ralph: snapshot of the working tree", env=IDENTITY
+    ).strip()
+    return Snapshot(toplevel, head, commit, tree, subdir)
+
+
+def materialize(snap: Snapshot, dest: Path) -> None:
+    """Write the snapshot's files into `dest` (which holds no .git: the workspace is not a repository)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with temporary_index(snap.toplevel) as env:
+        run_git(snap.toplevel, "read-tree", snap.tree, env=env)
+        run_git(snap.toplevel, "checkout-index", "-a", "-f", f"--prefix={dest}/", env=env)
+
+
+def commit_changes(toplevel: Path, parent: str, changes: Mapping[str, str | None], message: str) -> str:
+    """A new commit on top of `parent` with `changes` (toplevel-relative path -> content, None deletes)."""
+    with temporary_index(toplevel) as env:
+        run_git(toplevel, "read-tree", parent, env=env)
+        for path, content in changes.items():
+            if content is None:
+                run_git(toplevel, "update-index", "--force-remove", "--", path, env=env)
+                continue
+            blob = run_git(toplevel, "hash-object", "-w", "--stdin", input=content.encode()).strip()
+            mode = _mode(toplevel, parent, path)
+            run_git(toplevel, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+        tree = run_git(toplevel, "write-tree", env=env).strip()
+    return run_git(toplevel, "commit-tree", tree, "-p", parent, "-m", message, env=IDENTITY).strip()
+
+
+def _mode(toplevel: Path, commit: str, path: str) -> str:
+    listing = run_git(toplevel, "ls-tree", commit, "--", path).split()
+    return listing[0] if listing and listing[0] in ("100644", "100755") else "100644"
+
+
+def check_branch_name(toplevel: Path, branch: str) -> None:
+    """Bad input unless `branch` is a valid, not yet existing branch name."""
+    try:
+        run_git(toplevel, "check-ref-format", "--branch", branch)
+    except GitError:
+        raise RalphError(f"--branch {branch!r}: not a valid branch name") from None
+    try:
+        run_git(toplevel, "rev-parse", "--verify", "-q", f"refs/heads/{branch}")
+    except GitError:
+        return
+    raise RalphError(f"--branch {branch!r}: the branch already exists; pick another name")
+
+
+def set_branch(toplevel: Path, branch: str, commit: str, old: str | None) -> None:
+    """Point `branch` at `commit`, only if it still points at `old` (None: must not exist yet)."""
+    expected = old or "0" * 40
+    run_git(toplevel, "update-ref", "-m", "ralph", f"refs/heads/{branch}", commit, expected)
+
+
+def exclude_ralph_dir(toplevel: Path) -> None:
+    """Keep `.ralph/` out of `git status` through .git/info/exclude (never through a tracked file)."""
+    exclude = Path(run_git(toplevel, "rev-parse", "--git-path", "info/exclude").strip())
+    exclude = exclude if exclude.is_absolute() else toplevel / exclude
+    text = exclude.read_text() if exclude.exists() else ""
+    if "/.ralph/" not in text.splitlines():
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        with exclude.open("a") as f:
+            f.write(("" if text.endswith("\n") or not text else "\n") + "/.ralph/\n")
+
+
+def read_blob(toplevel: Path, commit: str, path: str) -> str | None:
+    """A file's content at `commit`, or None when it does not exist there."""
+    try:
+        return run_git(toplevel, "show", f"{commit}:{path}")
+    except GitError:
+        return None

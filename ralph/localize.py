@@ -1,0 +1,49 @@
+"""Fault localization (pure): where the failing tests point, ranked most suspicious first."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from ralph.candidate import is_protected
+from validators.report import TestResult
+
+
+def suspicious_lines(
+    failing: Sequence[TestResult],
+    coverage: Mapping[str, Mapping[str, Sequence[int]]],
+    passing: Iterable[str],
+    protected: Sequence[str],
+    limit: int = 60,
+) -> list[tuple[str, int]]:
+    """(path, line) pairs outside test files: traceback frames first (innermost first), then lines
+    ranked by Ochiai suspiciousness over per-test coverage (executed by failing tests, not by passing)."""
+    ranked: list[tuple[str, int]] = []
+    for test in failing:
+        for path, line, _func in reversed(test.frames):
+            if not is_protected(path, protected) and (path, line) not in ranked:
+                ranked.append((path, line))
+    failed_ids = {t.nodeid for t in failing}
+    passed_ids = set(passing)
+    executed_by_failing: dict[tuple[str, int], int] = {}
+    executed_by_passing: dict[tuple[str, int], int] = {}
+    for nodeid, files in coverage.items():
+        counter = (
+            executed_by_failing if nodeid in failed_ids else executed_by_passing if nodeid in passed_ids else None
+        )
+        if counter is None:
+            continue
+        for path, lines in files.items():
+            if is_protected(path, protected):
+                continue
+            for line in lines:
+                counter[(path, line)] = counter.get((path, line), 0) + 1
+    total_failed = max(1, len(failed_ids))
+
+    def ochiai(key: tuple[str, int]) -> float:
+        ef = executed_by_failing[key]
+        return ef / math.sqrt(total_failed * (ef + executed_by_passing.get(key, 0)))
+
+    by_score = sorted(executed_by_failing, key=lambda k: (-ochiai(k), k[0], -k[1]))
+    ranked += [k for k in by_score if k not in ranked]
+    return ranked[:limit]

@@ -1,0 +1,116 @@
+"""The state of a workspace as validators observed it, and the score derived from it (pure)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from validators.report import CheckResult, Diagnostic, StageResult, TestResult
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything known about one state: test outcomes, diagnostics, checks, syntax errors."""
+
+    tests: dict[str, TestResult] = field(default_factory=dict)
+    diagnostics: dict[tuple[str, str], tuple[Diagnostic, ...]] = field(default_factory=dict)
+    checks: dict[str, CheckResult] = field(default_factory=dict)
+    syntax_errors: dict[str, str] = field(default_factory=dict)
+
+    def overlay(self, stage: StageResult) -> Observation:
+        """This observation updated with what `stage` re-observed (its scope replaces ours)."""
+        tests = {**self.tests, **{t.nodeid: t for t in stage.tests}}
+        diagnostics = dict(self.diagnostics)
+        for tool_path in stage.checked:
+            diagnostics.pop(tool_path, None)
+        for tool_path in stage.checked:
+            found = tuple(d for d in stage.diagnostics if (d.tool, d.path) == tool_path)
+            if found:
+                diagnostics[tool_path] = found
+        checks = {**self.checks, **{c.command: c for c in stage.checks}}
+        syntax = dict(self.syntax_errors)
+        if stage.stage == "syntax":
+            for _tool, path in stage.checked:
+                syntax.pop(path, None)
+            syntax.update(stage.syntax_errors)
+        return replace(self, tests=tests, diagnostics=diagnostics, checks=checks, syntax_errors=syntax)
+
+    def diagnostic_keys(self) -> Counter[tuple[str, str, str, str]]:
+        return Counter(d.key for ds in self.diagnostics.values() for d in ds)
+
+    def failing_tests(self) -> list[str]:
+        return sorted(t for t, r in self.tests.items() if r.failing)
+
+    def passing_tests(self) -> set[str]:
+        return {t for t, r in self.tests.items() if r.outcome == "passed"}
+
+
+@dataclass(frozen=True)
+class Score:
+    """What stands between a state and the goal. `remaining` is the error the loop drives to zero."""
+
+    failing_targets: tuple[str, ...] = ()
+    regressions: tuple[str, ...] = ()  # non-target tests that passed at baseline and fail now
+    new_diagnostics: tuple[str, ...] = ()
+    failing_checks: tuple[str, ...] = ()
+    syntax_errors: tuple[str, ...] = ()
+
+    @property
+    def remaining(self) -> int:
+        return (
+            len(self.failing_targets)
+            + len(self.regressions)
+            + len(self.new_diagnostics)
+            + len(self.failing_checks)
+            + len(self.syntax_errors)
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "remaining": self.remaining,
+            "failing_targets": list(self.failing_targets),
+            "regressions": list(self.regressions),
+            "new_diagnostics": list(self.new_diagnostics),
+            "failing_checks": list(self.failing_checks),
+            "syntax_errors": list(self.syntax_errors),
+        }
+
+
+def _is_target(nodeid: str, targets: frozenset[str] | None) -> bool:
+    """A node id is a target when no targets were given, or it is one of them or lies under one."""
+    if targets is None:
+        return True
+    return any(
+        nodeid == t or nodeid.startswith(t.rstrip("/") + ("::" if ".py" in t else "/")) for t in targets
+    )
+
+
+def score(baseline: Observation, state: Observation, targets: frozenset[str] | None = None) -> Score:
+    """Score `state` against the goal: target tests pass, nothing regressed, no new diagnostics."""
+    failing = state.failing_tests()
+    baseline_passing = baseline.passing_tests()
+    new_diags = state.diagnostic_keys() - baseline.diagnostic_keys()
+    return Score(
+        failing_targets=tuple(t for t in failing if _is_target(t, targets)),
+        regressions=tuple(t for t in failing if not _is_target(t, targets) and t in baseline_passing),
+        new_diagnostics=tuple(
+            sorted(f"{tool}:{path}: {code} {msg}" for tool, path, code, msg in new_diags.elements())
+        ),
+        failing_checks=tuple(sorted(c for c, r in state.checks.items() if not r.passed)),
+        syntax_errors=tuple(sorted(state.syntax_errors)),
+    )
+
+
+def regressions(current: Observation, candidate: Observation) -> list[str]:
+    """Everything `candidate` breaks that was fine in `current`: a test, a check, a new diagnostic."""
+    broken = [f"test {t}" for t in sorted(current.passing_tests()) if _now_failing(candidate, t)]
+    broken += [f"check {c}" for c, r in current.checks.items() if r.passed and not candidate.checks[c].passed]
+    added = candidate.diagnostic_keys() - current.diagnostic_keys()
+    broken += [f"{tool} {path}: {code} {msg}" for tool, path, code, msg in sorted(added.elements())]
+    broken += [f"syntax {p}" for p in sorted(set(candidate.syntax_errors) - set(current.syntax_errors))]
+    return broken
+
+
+def _now_failing(state: Observation, nodeid: str) -> bool:
+    result = state.tests.get(nodeid)
+    return result is not None and result.failing

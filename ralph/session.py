@@ -1,0 +1,165 @@
+"""One `ralph fix` run, wired together: snapshot -> workspace -> baseline -> loop -> branch and trace."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ralph.branch import RalphBranch
+from ralph.candidate import PROTECTED_TESTS
+from ralph.config import RunConfig
+from ralph.drafters import create_drafter
+from ralph.errors import RalphError
+from ralph.gitops import check_branch_name, exclude_ralph_dir, materialize, snapshot
+from ralph.loop import Budget, Loop, RunResult, View
+from ralph.trace import TraceWriter
+from router import create_router
+from sandboxes.local import LocalSandbox
+from sandboxes.workspace import Workspace
+from validators.mypy import mypy_configured
+from validators.pipeline import Verifier
+from validators.toolchain import Toolchain, find_python
+
+
+@dataclass
+class FixOutcome:
+    run_id: str
+    result: RunResult
+    branch: str | None
+    final_commit: str | None
+    trace: Path
+    applied: list[str]
+    notices: list[str]
+    apply_refused: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.apply_refused and self.result.exit_code == 0 else self.result.exit_code
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def fix(
+    path: Path,
+    config: RunConfig,
+    *,
+    view: View,
+    branch: str | None = None,
+    apply: bool = False,
+    trace_path: Path | None = None,
+) -> FixOutcome:
+    """Run the loop on the repository at `path`; the user's HEAD, index and working tree stay as they are."""
+    snap = snapshot(path)
+    run_id = new_run_id()
+    branch_name = branch or f"ralph/{run_id}"
+    check_branch_name(snap.toplevel, branch_name)
+    drafter, notice = create_drafter(config.drafter)
+    router = create_router(config.router, drafter.name, config.candidates)
+    if trace_path is None:
+        exclude_ralph_dir(snap.toplevel)
+        trace_path = snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
+    project_dir = snap.toplevel / snap.subdir
+    tmp = Path(tempfile.mkdtemp(prefix="ralph-"))
+    trace = TraceWriter(trace_path)
+    try:
+        materialize(snap, tmp / "ws")
+        workspace = Workspace(tmp / "ws", snap.subdir)
+        toolchain = Toolchain(
+            python=find_python(project_dir, snap.toplevel, config.python),
+            sandbox=LocalSandbox(),
+            project=workspace.project,
+        )
+        if not toolchain.has_module("pytest"):
+            raise RalphError(
+                f"pytest is not importable by {toolchain.python}; install it there or pass --python"
+            )
+        types = mypy_configured(workspace.project) if config.types is None else config.types
+        protected = () if config.allow_test_edits else PROTECTED_TESTS
+        targets = frozenset(config.tests) or None
+        verifier = Verifier(
+            toolchain,
+            checks=config.checks,
+            targets=targets,
+            types=types,
+            cache_dir=tmp / "cache",
+            protected=protected,
+        )
+        start_record = {
+            "run_id": run_id,
+            "task": config.task,
+            "repo": str(snap.toplevel),
+            "project": snap.subdir or ".",
+            "base_commit": snap.head,
+            "snapshot_commit": snap.commit,
+            "branch": branch_name,
+            "config": config.model_dump(),
+            "drafters": {drafter.name: type(drafter).__name__},
+            "python": toolchain.python,
+            "started": time.time(),
+        }
+        try:
+            state, stages = verifier.baseline()
+        except RalphError as exc:
+            trace.write("run_start", **start_record, baseline={"error": str(exc)})
+            trace.write("run_end", outcome="error", error=str(exc), iterations=0)
+            raise
+        score = verifier.score(state)
+        baseline = {
+            "remaining": score.remaining,
+            "score": score.to_json(),
+            "stages": [s.to_json() for s in stages],
+        }
+        trace.write("run_start", **start_record, baseline=baseline)
+        ralph_branch = RalphBranch(snap, branch_name)
+        loop = Loop(
+            task=config.task,
+            workspace=workspace,
+            verifier=verifier,
+            drafters={drafter.name: drafter},
+            router=router,
+            branch=ralph_branch,
+            trace=trace,
+            view=view,
+            budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
+            protected=protected,
+        )
+        result = loop.run(state)
+        applied: list[str] = []
+        notices = [notice] if notice else []
+        if apply and ralph_branch.tip:
+            try:
+                applied = ralph_branch.apply_to_working_tree()
+            except RalphError as exc:
+                notices.append(str(exc))
+        trace.write(
+            "run_end",
+            outcome=result.outcome,
+            iterations=result.iterations,
+            accepted=result.accepted,
+            remaining_at_start=result.remaining_at_start,
+            remaining=result.remaining,
+            wall_s=round(result.wall_s, 3),
+            cost_usd=result.cost_usd,
+            branch=branch_name if ralph_branch.tip else None,
+            final_commit=ralph_branch.tip,
+            applied=applied,
+        )
+        return FixOutcome(
+            run_id,
+            result,
+            branch_name if ralph_branch.tip else None,
+            ralph_branch.tip,
+            trace_path,
+            applied,
+            notices,
+            apply_refused=apply and bool(ralph_branch.tip) and not applied,
+        )
+    finally:
+        trace.close()
+        shutil.rmtree(tmp, ignore_errors=True)

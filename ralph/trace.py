@@ -1,0 +1,53 @@
+"""The run trace: JSONL records, each written with one write + flush + fsync.
+
+A public format; these names are stable: every record has `type` (run_start, iteration, run_end) and
+`schema`; an iteration has `i`, `drafter`, `remaining_before`, `remaining_after`, `draft_ms`,
+`verify_ms` and `candidates`; run_end has `outcome`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+
+
+class TraceWriter:
+    """Appends records to a trace file; a crash never loses a record that was written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, type_: str, **fields: Any) -> None:
+        record = {"type": type_, "schema": SCHEMA, **fields}
+        os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """All whole records of a trace; a torn last line (a crash mid-write) is skipped."""
+    return list(_records(path))
+
+
+def _records(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                return  # torn final write
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "type" in record:
+                yield record

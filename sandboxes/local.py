@@ -1,0 +1,117 @@
+"""Run a command in the workspace as a plain child process: own session, rlimits, timeout, capped output."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+# Environment variables a child may see; everything else (API keys included) is dropped.
+ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "SYSTEMROOT", "VIRTUAL_ENV")
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a finished (or killed) child process left behind."""
+
+    returncode: int
+    output: str  # stdout and stderr interleaved, head and tail kept when over the cap
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An allowlisted copy of our environment, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWLIST}
+    env.setdefault("PATH", "/usr/bin:/bin")
+    env["HOME"] = env.get("HOME", tempfile.gettempdir())
+    env.update(extra or {})
+    return env
+
+
+class LocalSandbox:
+    """No isolation beyond a new session, rlimits and a timeout; the process group is killed on timeout."""
+
+    name = "local"
+
+    def __init__(self, *, memory_bytes: int = 4 << 30, max_output: int = 1 << 20) -> None:
+        self.memory_bytes = memory_bytes
+        self.max_output = max_output
+
+    def _limits(self) -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (self.memory_bytes, self.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
+        # A background start may have left SIGINT ignored; the child must be interruptible.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 300.0,
+        stdin: str | None = None,
+    ) -> ProcessResult:
+        """Run `argv` in `cwd` with an allowlisted environment plus `env`."""
+        start = time.monotonic()
+        # Output goes to an unlinked temp file, so a child printing gigabytes never fills our memory.
+        with tempfile.TemporaryFile() as out:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=child_env(env),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=self._limits,
+            )
+            timed_out = False
+            try:
+                proc.communicate(stdin.encode() if stdin is not None else None, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_group(proc)
+            returncode = -9 if timed_out else proc.returncode
+            return ProcessResult(
+                returncode, _read_capped(out, self.max_output), time.monotonic() - start, timed_out
+            )
+
+
+def _read_capped(out: IO[bytes], limit: int) -> str:
+    """The file's text, or its head and tail with a marker when it is over `limit` bytes."""
+    size = out.seek(0, os.SEEK_END)
+    out.seek(0)
+    if size <= limit:
+        return out.read().decode("utf-8", "replace")
+    half = limit // 2
+    head = out.read(half)
+    out.seek(size - half)
+    tail = out.read(half)
+    dropped = size - 2 * half
+    return (
+        head.decode("utf-8", "replace")
+        + f"\n[... {dropped} bytes of output dropped ...]\n"
+        + tail.decode("utf-8", "replace")
+    )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the child's whole process group (children it forked included) and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=5)

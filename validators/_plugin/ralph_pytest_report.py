@@ -1,0 +1,161 @@
+"""pytest plugin loaded into the target repo's pytest by ralph (``-p ralph_pytest_report``).
+
+It runs inside the target's interpreter, so it depends on nothing but pytest (and coverage.py when the
+target has it). It writes one JSON object per test outcome to $RALPH_REPORT and, when $RALPH_COVERAGE
+is set, the lines of files under $RALPH_COVERAGE_ROOT that each test executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+_MAX_MESSAGE = 4000
+_report_file = None
+_coverage_root = os.environ.get("RALPH_COVERAGE_ROOT", "")
+_lines_by_test: dict[str, dict[str, set[int]]] = {}
+
+
+def _write(record: dict) -> None:
+    global _report_file
+    if _report_file is None:
+        _report_file = open(os.environ["RALPH_REPORT"], "a", encoding="utf-8")  # noqa: SIM115
+    _report_file.write(json.dumps(record) + "\n")
+    _report_file.flush()
+
+
+def _message(report) -> str:
+    text = report.longreprtext or ""
+    if len(text) > _MAX_MESSAGE:
+        text = text[: _MAX_MESSAGE // 4] + "\n[...]\n" + text[-3 * _MAX_MESSAGE // 4 :]
+    return text
+
+
+def _frames(call) -> list[list]:
+    if call is None or call.excinfo is None:
+        return []
+    frames = []
+    for entry in call.excinfo.traceback:
+        path = str(entry.path)
+        if _coverage_root and not path.startswith(_coverage_root):
+            continue
+        frames.append([path, entry.lineno + 1, entry.name])
+    return frames[-20:]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report._ralph_frames = _frames(call) if report.failed else []
+
+
+def pytest_runtest_logreport(report) -> None:
+    if not os.environ.get("RALPH_REPORT"):
+        return
+    if report.when == "call" or (report.when != "call" and (report.failed or report.skipped)):
+        if report.when == "call":
+            if hasattr(report, "wasxfail"):
+                outcome = "xpassed" if report.passed else "xfailed"
+            else:
+                outcome = report.outcome
+        else:
+            outcome = "error" if report.failed else "skipped"
+        _write(
+            {
+                "nodeid": report.nodeid,
+                "outcome": outcome,
+                "when": report.when,
+                "duration": round(report.duration, 6),
+                "message": _message(report) if report.failed else "",
+                "frames": getattr(report, "_ralph_frames", []),
+            }
+        )
+
+
+def pytest_collectreport(report) -> None:
+    if os.environ.get("RALPH_REPORT") and report.failed:
+        _write(
+            {
+                "nodeid": report.nodeid,
+                "outcome": "error",
+                "when": "collect",
+                "duration": 0.0,
+                "message": _message(report),
+                "frames": [],
+            }
+        )
+
+
+# Per-test coverage: coverage.py's C tracer when the target has it, else a sys.settrace fallback.
+class _Tracer:
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.lines: dict[str, set[int]] = {}
+        self._cov = None
+        try:
+            import coverage
+
+            self._cov = coverage.Coverage(data_file=None, include=[os.path.join(root, "*")], branch=False)
+        except Exception:
+            self._cov = None
+
+    def start(self, nodeid: str) -> None:
+        self.lines = {}
+        if self._cov is not None:
+            self._cov.erase()
+            self._cov.start()
+        else:
+            sys.settrace(self._trace)
+
+    def stop(self) -> dict[str, set[int]]:
+        if self._cov is not None:
+            self._cov.stop()
+            data = self._cov.get_data()
+            return {f: set(data.lines(f) or ()) for f in data.measured_files()}
+        sys.settrace(None)
+        return self.lines
+
+    def _trace(self, frame, event, arg):
+        filename = frame.f_code.co_filename
+        if not filename.startswith(self.root):
+            return None
+        self.lines.setdefault(filename, set()).add(frame.f_lineno)
+        return self._trace_lines
+
+    def _trace_lines(self, frame, event, arg):
+        if event == "line":
+            self.lines.setdefault(frame.f_code.co_filename, set()).add(frame.f_lineno)
+        return self._trace_lines
+
+
+_tracer: _Tracer | None = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _tracer
+    if not os.environ.get("RALPH_COVERAGE"):
+        yield
+        return
+    if _tracer is None:
+        _tracer = _Tracer(_coverage_root)
+    _tracer.start(item.nodeid)
+    try:
+        yield
+    finally:
+        _lines_by_test[item.nodeid] = _tracer.stop()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    path = os.environ.get("RALPH_COVERAGE")
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(
+                {t: {fn: sorted(ls) for fn, ls in files.items()} for t, files in _lines_by_test.items()}, f
+            )
+    if _report_file is not None:
+        _report_file.close()

@@ -1,0 +1,125 @@
+"""Stage 3 and the regression gate: run pytest in the target's interpreter and read per-test outcomes."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from ralph.errors import RalphError
+from ralph.protocols import Scope
+from validators.report import StageResult, TestResult
+from validators.toolchain import Toolchain
+
+# pytest exit codes: 0 all passed, 1 some failed, 5 none collected; anything else means it could not run.
+_RAN = (0, 1)
+_NO_TESTS = 5
+
+CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
+
+
+class PytestValidator:
+    name = "tests"
+
+    def __init__(self, toolchain: Toolchain, name: str = "tests") -> None:
+        self.toolchain = toolchain
+        self.name = name
+        self.last_coverage: CoverageMap = {}
+
+    def check(self, scope: Scope, *, coverage: bool = False) -> StageResult:
+        """Run `scope.tests` (all when None). Requested tests that report nothing count as errors."""
+        start = time.perf_counter()
+        project = self.toolchain.project.resolve()
+        with tempfile.TemporaryDirectory(prefix="ralph-pytest-") as tmp:
+            report_path = Path(tmp) / "report.jsonl"
+            coverage_path = Path(tmp) / "coverage.json"
+            env = {"RALPH_REPORT": str(report_path), "RALPH_COVERAGE_ROOT": str(project) + "/"}
+            if coverage:
+                env["RALPH_COVERAGE"] = str(coverage_path)
+            argv = [
+                self.toolchain.python,
+                "-m",
+                "pytest",
+                "-p",
+                "ralph_pytest_report",
+                "-p",
+                "no:cacheprovider",
+                f"--rootdir={project}",
+                "-q",
+                "--tb=short",
+                "--no-header",
+                *(scope.tests or ()),
+            ]
+            run = self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
+            tests = _read_report(report_path, project)
+            if coverage and coverage_path.exists():
+                self.last_coverage = _read_coverage(coverage_path, project)
+        elapsed = (time.perf_counter() - start) * 1000
+        detail = ""
+        if run.timed_out:
+            detail = f"timed out after {scope.timeout_s:.0f}s"
+        elif run.returncode == _NO_TESTS and scope.tests is None:
+            detail = "no tests collected"
+        elif run.returncode not in _RAN and not tests:
+            detail = "pytest could not run: " + _tail(run.output)
+        reported = {t.nodeid for t in tests}
+        for nodeid in scope.tests or ():
+            if nodeid not in reported and not any(r.startswith(nodeid + "::") for r in reported):
+                reason = detail or "not run: the test was not collected (an import or collection error?)"
+                tests.append(TestResult(nodeid, "error", message=reason))
+        ok = not detail and not any(t.failing for t in tests)
+        summary = detail or f"{sum(not t.failing for t in tests)} ok, {sum(t.failing for t in tests)} failing"
+        return StageResult(self.name, ok=ok, duration_ms=elapsed, detail=summary, tests=tests)
+
+    def baseline(self, timeout_s: float) -> StageResult:
+        """The whole suite with per-test coverage; a suite that cannot run at all is bad input."""
+        result = self.check(Scope(timeout_s=timeout_s), coverage=True)
+        if result.detail == "no tests collected":
+            raise RalphError(f"no tests found in {self.toolchain.project.name} (pytest collected nothing)")
+        if result.detail.startswith(("pytest could not run", "timed out")):
+            raise RalphError(f"the test suite could not run at baseline: {result.detail.splitlines()[0]}")
+        return result
+
+
+def _tail(output: str, lines: int = 8) -> str:
+    return " | ".join(line for line in output.strip().splitlines()[-lines:] if line.strip())
+
+
+def _relative(path: str, project: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(project).as_posix()
+    except ValueError:
+        return path
+
+
+def _read_report(path: Path, project: Path) -> list[TestResult]:
+    if not path.exists():
+        return []
+    results: dict[str, TestResult] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue  # a test that killed the interpreter mid-write
+        frames = tuple((_relative(f[0], project), int(f[1]), str(f[2])) for f in r.get("frames", []))
+        result = TestResult(
+            r["nodeid"], r["outcome"], float(r.get("duration", 0.0)), r.get("message", ""), frames
+        )
+        previous = results.get(result.nodeid)
+        # Setup/teardown errors outrank a passing call phase.
+        if (
+            previous is None
+            or result.failing
+            or (previous.outcome == "passed" and result.outcome != "passed")
+        ):
+            results[result.nodeid] = result
+    return list(results.values())
+
+
+def _read_coverage(path: Path, project: Path) -> CoverageMap:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {}
+    return {test: {_relative(f, project): lines for f, lines in files.items()} for test, files in raw.items()}

@@ -1,0 +1,85 @@
+"""Structured results of validation stages; these go into the trace unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+FAILING = frozenset({"failed", "error"})
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One test's outcome; `frames` are (path, line, function) inside the repo, innermost last."""
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    outcome: str  # passed, failed, error, skipped, xfailed, xpassed
+    duration_s: float = 0.0
+    message: str = ""
+    frames: tuple[tuple[str, int, str], ...] = ()
+
+    @property
+    def failing(self) -> bool:
+        return self.outcome in FAILING
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A lint or type diagnostic. Its `key` ignores the line, which moves when code above it changes."""
+
+    tool: str
+    path: str
+    line: int
+    code: str
+    message: str
+    fixable: bool = False
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.tool, self.path, self.code, self.message)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """A custom check command's result (exit 0 = pass)."""
+
+    command: str
+    passed: bool
+    output: str = ""
+
+
+@dataclass
+class StageResult:
+    """What one validation stage observed, over the scope it covered, and how long it took."""
+
+    stage: str
+    ok: bool
+    duration_ms: float
+    detail: str = ""
+    tests: list[TestResult] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    # The (tool, path) pairs whose diagnostics this stage fully re-checked.
+    checked: list[tuple[str, str]] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    syntax_errors: dict[str, str] = field(default_factory=dict)
+    skipped: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The trace form: outcomes and diagnostics in full, long texts trimmed."""
+        data = asdict(self)
+        data["tests"] = [
+            {
+                "nodeid": t.nodeid,
+                "outcome": t.outcome,
+                "duration_s": t.duration_s,
+                "message": t.message[:2000],
+            }
+            for t in self.tests
+        ]
+        data["checks"] = [
+            {"command": c.command, "passed": c.passed, "output": c.output[-2000:]} for c in self.checks
+        ]
+        data["checked"] = [list(c) for c in self.checked]
+        return data

@@ -1,0 +1,63 @@
+"""Stage 2: `ruff check` on the changed files (or the whole project for the baseline)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ralph.protocols import Scope
+from validators.report import Diagnostic, StageResult
+from validators.toolchain import Toolchain, ruff_bin
+
+
+class RuffValidator:
+    name = "ruff"
+
+    def __init__(self, toolchain: Toolchain) -> None:
+        self.toolchain = toolchain
+
+    def check(self, scope: Scope) -> StageResult:
+        start = time.perf_counter()
+        paths = [p for p in scope.paths if p.endswith((".py", ".pyi"))] if scope.paths is not None else None
+        if paths == []:
+            return StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail="no Python files")
+        argv = [ruff_bin(), "check", "--output-format=json", "--exit-zero", "--no-cache", "--force-exclude"]
+        result = self.toolchain.run([*argv, *(paths or ["."])], timeout_s=scope.timeout_s)
+        elapsed = (time.perf_counter() - start) * 1000
+        try:
+            raw = json.loads(result.output[result.output.index("[") :]) if result.ok else None
+        except ValueError:
+            raw = None
+        if raw is None:
+            return StageResult(
+                self.name, ok=False, duration_ms=elapsed, detail=f"ruff failed: {result.output[-500:]}"
+            )
+        project = self.toolchain.project.resolve()
+        diagnostics = [
+            Diagnostic(
+                tool="ruff",
+                path=_relative(d["filename"], project),
+                line=(d.get("location") or {}).get("row", 0),
+                code=d.get("code") or "syntax",
+                message=d.get("message", ""),
+                fixable=bool(d.get("fix")) and (d["fix"].get("applicability") == "safe"),
+            )
+            for d in raw
+        ]
+        checked = paths if paths is not None else sorted({d.path for d in diagnostics})
+        return StageResult(
+            stage=self.name,
+            ok=not diagnostics,
+            duration_ms=elapsed,
+            detail=f"{len(diagnostics)} diagnostics",
+            diagnostics=diagnostics,
+            checked=[("ruff", p) for p in checked],
+        )
+
+
+def _relative(filename: str, project: Path) -> str:
+    try:
+        return Path(filename).resolve().relative_to(project).as_posix()
+    except ValueError:
+        return filename

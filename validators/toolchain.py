@@ -1,0 +1,80 @@
+"""How validators run tools on the target project: its interpreter, our sandbox, a clean environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ralph.errors import RalphError
+from ralph.protocols import Sandbox
+from sandboxes.local import ProcessResult
+
+PLUGIN_DIR = Path(__file__).parent / "_plugin"
+
+
+@dataclass
+class Toolchain:
+    """The target's interpreter and the sandbox every tool runs in."""
+
+    python: str
+    sandbox: Sandbox
+    project: Path  # the project directory inside the workspace
+    env: dict[str, str] = field(default_factory=dict)
+
+    def python_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment for the target's Python: our plugin and the workspace's code come first on the path."""
+        paths = [str(PLUGIN_DIR), str(self.project)]
+        if (self.project / "src").is_dir():
+            paths.append(str(self.project / "src"))
+        # The target's scripts (pytest, ruff, ...) resolve first for custom check commands.
+        bins = [str(Path(self.python).parent), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+        env = {
+            "PYTHONPATH": os.pathsep.join(paths),
+            "PYTHONNOUSERSITE": "1",
+            "PATH": os.pathsep.join(dict.fromkeys(b for b in bins if b)),
+            **self.env,
+        }
+        env.update(extra or {})
+        return env
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 300.0,
+        stdin: str | None = None,
+    ) -> ProcessResult:
+        return self.sandbox.run(argv, cwd=str(self.project), env=env, timeout_s=timeout_s, stdin=stdin)
+
+    def has_module(self, module: str) -> bool:
+        result = self.run([self.python, "-c", f"import {module}"], env=self.python_env(), timeout_s=60)
+        return result.ok
+
+
+def find_python(project: Path, repo_root: Path, explicit: str | None) -> str:
+    """The target's interpreter: --python, else a .venv in the project or repo, else ours."""
+    if explicit:
+        found = shutil.which(explicit) or explicit
+        if not Path(found).exists():
+            raise RalphError(f"--python {explicit}: no such interpreter")
+        return found
+    for base in (project, repo_root):
+        candidate = base / ".venv" / "bin" / "python"
+        if candidate.exists():
+            return str(candidate)
+    return sys.executable
+
+
+def ruff_bin() -> str:
+    """The ruff executable installed with ralph (else one on PATH)."""
+    try:
+        from ruff.__main__ import find_ruff_bin
+
+        return str(find_ruff_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("ruff") or "ruff"
