@@ -21,7 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     no_args_is_help=True,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 @app.callback()
@@ -82,7 +82,7 @@ def fix(
         config = load_config(path, overrides)
     else:
         raise RalphError(f"{path}: no such directory")
-    console = Console()
+    console = Console(soft_wrap=True)
     view = QuietView() if as_json else RichView(console)
     if not as_json:
         console.print(f"[bold]ralph fix[/] {path} · verifying the starting state…", highlight=False)
@@ -102,8 +102,6 @@ def fix(
         "applied": outcome.applied,
         "run_id": outcome.run_id,
     }
-    for notice in outcome.notices:
-        err.print(f"ralph: {notice}", highlight=False)
     if as_json:
         print(json.dumps(summary))
     else:

@@ -29,7 +29,11 @@ def suspicious_lines(
     executed_by_passing: dict[tuple[str, int], int] = {}
     for nodeid, files in coverage.items():
         counter = (
-            executed_by_failing if nodeid in failed_ids else executed_by_passing if nodeid in passed_ids else None
+            executed_by_failing
+            if nodeid in failed_ids
+            else executed_by_passing
+            if nodeid in passed_ids
+            else None
         )
         if counter is None:
             continue

@@ -44,6 +44,8 @@ class View(Protocol):
 
     def iteration(self, record: dict[str, Any]) -> None: ...
 
+    def notice(self, text: str) -> None: ...
+
 
 @dataclass
 class Loop:

@@ -80,9 +80,7 @@ def _is_target(nodeid: str, targets: frozenset[str] | None) -> bool:
     """A node id is a target when no targets were given, or it is one of them or lies under one."""
     if targets is None:
         return True
-    return any(
-        nodeid == t or nodeid.startswith(t.rstrip("/") + ("::" if ".py" in t else "/")) for t in targets
-    )
+    return any(nodeid == t or nodeid.startswith((t + "::", t.rstrip("/") + "/")) for t in targets)
 
 
 def score(baseline: Observation, state: Observation, targets: frozenset[str] | None = None) -> Score:

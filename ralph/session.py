@@ -33,7 +33,6 @@ class FixOutcome:
     final_commit: str | None
     trace: Path
     applied: list[str]
-    notices: list[str]
     apply_refused: bool = False
 
     @property
@@ -60,6 +59,8 @@ def fix(
     branch_name = branch or f"ralph/{run_id}"
     check_branch_name(snap.toplevel, branch_name)
     drafter, notice = create_drafter(config.drafter)
+    if notice:
+        view.notice(notice)
     router = create_router(config.router, drafter.name, config.candidates)
     if trace_path is None:
         exclude_ralph_dir(snap.toplevel)
@@ -131,12 +132,11 @@ def fix(
         )
         result = loop.run(state)
         applied: list[str] = []
-        notices = [notice] if notice else []
         if apply and ralph_branch.tip:
             try:
                 applied = ralph_branch.apply_to_working_tree()
             except RalphError as exc:
-                notices.append(str(exc))
+                view.notice(str(exc))
         trace.write(
             "run_end",
             outcome=result.outcome,
@@ -157,7 +157,6 @@ def fix(
             ralph_branch.tip,
             trace_path,
             applied,
-            notices,
             apply_refused=apply and bool(ralph_branch.tip) and not applied,
         )
     finally:

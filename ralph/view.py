@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -9,10 +10,13 @@ from rich.table import Table
 
 
 class QuietView:
-    """For --json and tests: shows nothing."""
+    """For --json and tests: iterations are not shown; notices still go to stderr."""
 
     def iteration(self, record: dict[str, Any]) -> None:
         pass
+
+    def notice(self, text: str) -> None:
+        print(f"ralph: {text}", file=sys.stderr)
 
 
 class RichView:
@@ -20,6 +24,9 @@ class RichView:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+
+    def notice(self, text: str) -> None:
+        self.console.print(f"[yellow]ralph:[/] {text}", highlight=False)
 
     def iteration(self, record: dict[str, Any]) -> None:
         candidates = record["candidates"]

@@ -1,0 +1,78 @@
+"""Small real repositories built in tmp_path: real git, real pytest, real ruff."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "user",
+    "GIT_AUTHOR_EMAIL": "user@example.com",
+    "GIT_COMMITTER_NAME": "user",
+    "GIT_COMMITTER_EMAIL": "user@example.com",
+}
+
+BUGGY_WINDOWS = {
+    "windows.py": (
+        "def sliding_sums(xs, k):\n"
+        "    return [sum(xs[i : i + k]) for i in range(len(xs) - k)]\n"
+        "\n"
+        "\n"
+        "def double(x):\n"
+        "    return x * 2\n"
+    ),
+    "tests/test_windows.py": (
+        "from windows import double, sliding_sums\n"
+        "\n"
+        "\n"
+        "def test_every_window():\n"
+        "    assert sliding_sums([1, 2, 3], 2) == [3, 5]\n"
+        "\n"
+        "\n"
+        "def test_double():\n"
+        "    assert double(4) == 8\n"
+    ),
+    "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for path, content in files.items():
+        file = root / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(content)
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> Callable[..., Path]:
+    """A git repository with `files` committed on main."""
+
+    def make(files: dict[str, str], name: str = "repo", commit: bool = True) -> Path:
+        repo = tmp_path / name
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        write_files(repo, files)
+        if commit:
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", "initial")
+        return repo
+
+    return make
+
+
+def run_ralph(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The real command line, in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ralph", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )

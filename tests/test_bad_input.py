@@ -1,0 +1,71 @@
+"""Bad input: one clear line on stderr, exit 2, never a traceback, nothing of the user's touched."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import BUGGY_WINDOWS, git, run_ralph
+
+
+def assert_one_line_error(proc, *needles: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ralph: error:")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_not_a_git_repository(tmp_path):
+    (tmp_path / "test_x.py").write_text("def test_x():\n    assert False\n")
+    assert_one_line_error(run_ralph("fix", str(tmp_path)), "not a git repository")
+
+
+def test_missing_directory(tmp_path):
+    assert_one_line_error(run_ralph("fix", str(tmp_path / "nope")), "no such directory")
+
+
+def test_no_tests_found(make_repo):
+    repo = make_repo({"lib.py": "X = 1\n"})
+    assert_one_line_error(run_ralph("fix", str(repo)), "no tests found")
+
+
+def test_unknown_drafter(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    assert_one_line_error(run_ralph("fix", str(repo), "--drafter", "telepathy"), "unknown drafter 'telepathy'")
+
+
+@pytest.mark.parametrize(
+    "pyproject, needle",
+    [
+        ("[tool.ralph\ndrafter = 1\n", "unreadable config"),
+        ("[tool.ralph]\nmax_iterations = 'many'\n", "invalid configuration: max_iterations"),
+        ("[tool.ralph]\nno_such_option = true\n", "invalid configuration: no_such_option"),
+    ],
+)
+def test_unreadable_or_invalid_config(make_repo, pyproject, needle):
+    repo = make_repo({**BUGGY_WINDOWS, "pyproject.toml": pyproject})
+    assert_one_line_error(run_ralph("fix", str(repo)), needle)
+
+
+def test_invalid_or_existing_branch_name(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    assert_one_line_error(run_ralph("fix", str(repo), "--branch", "bad..name"), "not a valid branch name")
+    assert_one_line_error(run_ralph("fix", str(repo), "--branch", "main"), "already exists")
+
+
+def test_suite_that_cannot_be_collected(make_repo):
+    repo = make_repo({"tests/test_broken.py": "import nonexistent_module_xyz\n\ndef test_a():\n    pass\n"})
+    proc = run_ralph("fix", str(repo), "--max-iterations", "1")
+    # A collection error is a failing check the loop can work on, not bad input; it must not crash.
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_input_leaves_the_repository_untouched(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    status = git(repo, "status", "--porcelain")
+    run_ralph("fix", str(repo), "--drafter", "telepathy")
+    assert git(repo, "status", "--porcelain") == status
+    assert git(repo, "branch", "--list", "ralph/*") == ""

@@ -1,0 +1,28 @@
+"""Fault localization (pure): traceback frames first, then Ochiai over per-test coverage."""
+
+from __future__ import annotations
+
+from ralph.candidate import PROTECTED_TESTS
+from ralph.localize import suspicious_lines
+from validators.report import TestResult
+
+
+def test_traceback_frames_in_source_come_first_innermost_first():
+    failing = [TestResult("tests/test_a.py::t", "failed", frames=(("tests/test_a.py", 5, "t"), ("lib.py", 3, "f"), ("lib.py", 9, "g")))]
+    assert suspicious_lines(failing, {}, [], PROTECTED_TESTS)[:2] == [("lib.py", 9), ("lib.py", 3)]
+
+
+def test_lines_only_failing_tests_execute_outrank_shared_lines():
+    failing = [TestResult("t::bad", "failed")]
+    coverage = {
+        "t::bad": {"lib.py": [1, 2, 3], "tests/test_lib.py": [7]},
+        "t::good": {"lib.py": [1, 2]},
+    }
+    ranked = suspicious_lines(failing, coverage, ["t::good"], PROTECTED_TESTS)
+    assert ranked[0] == ("lib.py", 3)
+    assert set(ranked) == {("lib.py", 1), ("lib.py", 2), ("lib.py", 3)}  # test files never suspected
+
+
+def test_lines_no_failing_test_ran_are_not_suspicious():
+    coverage = {"t::good": {"lib.py": [1]}, "t::bad": {"lib.py": [5]}}
+    assert suspicious_lines([TestResult("t::bad", "failed")], coverage, ["t::good"], PROTECTED_TESTS) == [("lib.py", 5)]

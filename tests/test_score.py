@@ -1,0 +1,82 @@
+"""Scoring a state (pure): remaining error, regressions, overlays."""
+
+from __future__ import annotations
+
+from ralph.score import Observation, regressions, score
+from validators.report import CheckResult, Diagnostic, StageResult, TestResult
+
+
+def obs(passed=(), failed=(), diags=(), checks=None) -> Observation:
+    tests = {t: TestResult(t, "passed") for t in passed} | {t: TestResult(t, "failed") for t in failed}
+    by_file: dict = {}
+    for d in diags:
+        by_file.setdefault((d.tool, d.path), []).append(d)
+    return Observation(
+        tests,
+        {k: tuple(v) for k, v in by_file.items()},
+        {c: CheckResult(c, ok) for c, ok in (checks or {}).items()},
+    )
+
+
+UNUSED = Diagnostic("ruff", "a.py", 3, "F401", "`os` imported but unused")
+
+
+def test_remaining_counts_failing_targets_new_diagnostics_and_checks():
+    baseline = obs(passed=["t::a"], failed=["t::b"], diags=[UNUSED])
+    state = obs(
+        passed=[],
+        failed=["t::a", "t::b"],
+        diags=[UNUSED, Diagnostic("ruff", "a.py", 9, "F841", "unused x")],
+        checks={"make lint": False},
+    )
+    s = score(baseline, state)
+    assert s.failing_targets == ("t::a", "t::b")
+    assert s.new_diagnostics == ("ruff:a.py: F841 unused x",)
+    assert s.failing_checks == ("make lint",)
+    assert s.remaining == 4
+
+
+def test_baseline_diagnostics_do_not_count_even_when_their_line_moves():
+    baseline = obs(passed=["t::a"], diags=[UNUSED])
+    moved = Diagnostic("ruff", "a.py", 30, "F401", "`os` imported but unused")
+    assert score(baseline, obs(passed=["t::a"], diags=[moved])).remaining == 0
+
+
+def test_narrowed_targets_count_other_baseline_passes_as_regressions():
+    baseline = obs(passed=["t::a", "u::c"], failed=["t::b", "u::d"])
+    state = obs(failed=["t::b", "u::c", "u::d"], passed=["t::a"])
+    s = score(baseline, state, frozenset({"t"}))
+    assert s.failing_targets == ("t::b",)
+    assert s.regressions == ("u::c",)  # u::d failed at baseline: not a regression, not a target
+    assert s.remaining == 2
+
+
+def test_target_may_name_a_file_or_directory():
+    baseline = obs(failed=["tests/test_x.py::test_a", "other/test_y.py::test_b"])
+    s = score(baseline, baseline, frozenset({"tests/"}))
+    assert s.failing_targets == ("tests/test_x.py::test_a",)
+
+
+def test_regressions_name_everything_a_candidate_breaks():
+    current = obs(passed=["t::a", "t::b"], checks={"lint": True})
+    candidate = obs(passed=["t::b"], failed=["t::a"], diags=[UNUSED], checks={"lint": False})
+    assert regressions(current, candidate) == [
+        "test t::a",
+        "check lint",
+        "ruff a.py: F401 `os` imported but unused",
+    ]
+
+
+def test_fixing_something_is_not_a_regression():
+    current = obs(passed=["t::a"], failed=["t::b"])
+    assert regressions(current, obs(passed=["t::a", "t::b"])) == []
+
+
+def test_overlay_replaces_only_the_scope_a_stage_rechecked():
+    current = obs(passed=["t::a", "t::b"], diags=[UNUSED, Diagnostic("ruff", "b.py", 1, "E1", "x")])
+    stage = StageResult("ruff", ok=True, duration_ms=1.0, checked=[("ruff", "a.py")])
+    stage.tests = [TestResult("t::a", "failed")]
+    merged = current.overlay(stage)
+    assert ("ruff", "a.py") not in merged.diagnostics
+    assert ("ruff", "b.py") in merged.diagnostics
+    assert merged.tests["t::a"].failing and not merged.tests["t::b"].failing

@@ -1,0 +1,65 @@
+"""The trace survives crashes: every finished record is on disk, a torn last line is skipped."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from ralph.trace import TraceWriter, read_trace
+from tests.conftest import git
+
+UNFIXABLE = {
+    "calc.py": "def magic(x):\n    return x * 3 + 1\n",
+    "tests/test_calc.py": (
+        "import time\n\nfrom calc import magic\n\n\n"
+        "def test_magic():\n    time.sleep(0.2)\n    assert magic(2) == 1234\n"
+    ),
+}
+
+
+def test_records_have_the_stable_fields(tmp_path):
+    writer = TraceWriter(tmp_path / "t.jsonl")
+    writer.write("run_start", run_id="r")
+    writer.write("iteration", i=1, drafter="mutation", remaining_before=2, remaining_after=1)
+    writer.close()
+    records = read_trace(tmp_path / "t.jsonl")
+    assert [r["type"] for r in records] == ["run_start", "iteration"]
+    assert all(r["schema"] == 1 for r in records)
+
+
+def test_a_torn_last_record_is_skipped(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"type": "run_start", "schema": 1}) + "\n" + '{"type": "itera')
+    assert [r["type"] for r in read_trace(path)] == ["run_start"]
+
+
+def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_path):
+    repo = make_repo(UNFIXABLE)
+    status = git(repo, "status", "--porcelain")
+    trace = tmp_path / "trace.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--trace", str(trace), "--candidates", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if trace.exists() and sum(r["type"] == "iteration" for r in read_trace(trace)) >= 2:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=10)
+    lines = trace.read_text().splitlines()
+    records = read_trace(trace)
+    assert records[0]["type"] == "run_start"
+    iterations = [r for r in records if r["type"] == "iteration"]
+    assert len(iterations) >= 2
+    assert len(records) >= len(lines) - 1  # at most the last line torn
+    for r in iterations:
+        assert {"i", "drafter", "remaining_before", "remaining_after", "draft_ms", "verify_ms", "candidates"} <= r.keys()
+    assert git(repo, "status", "--porcelain") == status
