@@ -83,10 +83,12 @@ def fix(
     else:
         raise RalphError(f"{path}: no such directory")
     console = Console(soft_wrap=True)
-    view = QuietView() if as_json else RichView(console)
-    if not as_json:
-        console.print(f"[bold]ralph fix[/] {path} · verifying the starting state…", highlight=False)
-    outcome = run_fix(path, config, view=view, branch=branch, apply=apply, trace_path=trace)
+    if as_json:
+        outcome = run_fix(path, config, view=QuietView(), branch=branch, apply=apply, trace_path=trace)
+    else:
+        console.print(f"[bold]ralph fix[/] {path}", highlight=False)
+        with RichView(console) as view:
+            outcome = run_fix(path, config, view=view, branch=branch, apply=apply, trace_path=trace)
     result = outcome.result
     summary = {
         "outcome": result.outcome,

@@ -46,6 +46,8 @@ class View(Protocol):
 
     def notice(self, text: str) -> None: ...
 
+    def progress(self, text: str) -> None: ...
+
 
 @dataclass
 class Loop:
@@ -80,7 +82,11 @@ class Loop:
                 candidates = self.drafters[decision.drafter].draft(context, decision.n)
                 draft_ms = (time.perf_counter() - t0) * 1000
                 before, verdicts = result.remaining, []
-                for candidate in candidates:
+                for k, candidate in enumerate(candidates, 1):
+                    self.view.progress(
+                        f"#{result.iterations + 1} {decision.drafter} · remaining {before} · "
+                        f"verifying {k}/{len(candidates)}: {candidate.description}"
+                    )
                     report = self._verify(candidate, state)
                     verdicts.append(_candidate_record(candidate, report))
                     result.cost_usd += candidate.cost_usd or 0.0

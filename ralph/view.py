@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.status import Status
 from rich.table import Table
 
 
@@ -18,12 +19,27 @@ class QuietView:
     def notice(self, text: str) -> None:
         print(f"ralph: {text}", file=sys.stderr)
 
+    def progress(self, text: str) -> None:
+        pass
+
 
 class RichView:
-    """One line per iteration as it finishes: drafter, candidates tried, remaining error, verdict."""
+    """A live status line (what is being verified now) above which each finished iteration is printed:
+    drafter, candidates tried, remaining error, verdict."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.status = Status("verifying the starting state", console=console)
+
+    def __enter__(self) -> RichView:
+        self.status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.status.stop()
+
+    def progress(self, text: str) -> None:
+        self.status.update(text)
 
     def notice(self, text: str) -> None:
         self.console.print(f"[yellow]ralph:[/] {text}", highlight=False)

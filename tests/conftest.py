@@ -74,5 +74,10 @@ def make_repo(tmp_path: Path) -> Callable[..., Path]:
 def run_ralph(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The real command line, in a child process."""
     return subprocess.run(
-        [sys.executable, "-m", "ralph", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "ralph", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )

@@ -33,7 +33,9 @@ def test_no_tests_found(make_repo):
 
 def test_unknown_drafter(make_repo):
     repo = make_repo(BUGGY_WINDOWS)
-    assert_one_line_error(run_ralph("fix", str(repo), "--drafter", "telepathy"), "unknown drafter 'telepathy'")
+    assert_one_line_error(
+        run_ralph("fix", str(repo), "--drafter", "telepathy"), "unknown drafter 'telepathy'"
+    )
 
 
 @pytest.mark.parametrize(

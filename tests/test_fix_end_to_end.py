@@ -27,7 +27,9 @@ def branch_passes_its_tests(repo: Path, branch: str, tmp_path: Path) -> bool:
     """Check out `branch` somewhere else and run its test suite for real."""
     export = tmp_path / "export"
     git(repo, "worktree", "add", "-q", str(export), branch)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=export, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=export, check=False
+    )
     git(repo, "worktree", "remove", "--force", str(export))
     return proc.returncode == 0
 
@@ -78,7 +80,9 @@ def test_user_changes_are_preserved_byte_for_byte_and_the_index_is_unchanged(mak
     git(repo, "add", "notes.txt")
     (repo / "notes.txt").write_text("staged edit\nthen an unstaged one\n")
     (repo / "scratch.py").write_text("UNTRACKED = True\n")
-    (repo / "tests" / "test_scratch.py").write_text("from scratch import UNTRACKED\n\ndef test_u():\n    assert UNTRACKED\n")
+    (repo / "tests" / "test_scratch.py").write_text(
+        "from scratch import UNTRACKED\n\ndef test_u():\n    assert UNTRACKED\n"
+    )
     before_files = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts}
     before_index = (repo / ".git" / "index").read_bytes()
     before_head = git(repo, "rev-parse", "HEAD")
@@ -126,7 +130,9 @@ def test_seconds_budget_stops_the_run(make_repo):
 def test_run_stalls_when_the_drafter_has_nothing_left(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     replay = tmp_path / "edits.jsonl"
-    replay.write_text(json.dumps({"files": {"windows.py": "def sliding_sums(xs, k):\n    return []\n"}}) + "\n")
+    replay.write_text(
+        json.dumps({"files": {"windows.py": "def sliding_sums(xs, k):\n    return []\n"}}) + "\n"
+    )
     outcome = run_fix(repo, drafter=f"replay:{replay}")
     assert outcome.result.outcome == "stalled"
     assert outcome.exit_code == 1

@@ -35,3 +35,23 @@ def test_ignored_files_stay_out_and_subdirectories_are_projects(make_repo, tmp_p
     assert snap.commit == snap.head  # nothing uncommitted that git does not ignore
     materialize(snap, tmp_path / "ws")
     assert not (tmp_path / "ws" / "debug.log").exists()
+
+
+def test_ralph_never_runs_hooks_or_fsmonitor_programs(make_repo, tmp_path):
+    from ralph.config import RunConfig
+    from ralph.session import fix
+    from ralph.view import QuietView
+    from tests.conftest import BUGGY_WINDOWS
+
+    repo = make_repo(BUGGY_WINDOWS)
+    marker = tmp_path / "executed"
+    script = tmp_path / "evil.sh"
+    script.write_text(f"#!/bin/sh\necho $0 >> {marker}\n")
+    script.chmod(0o755)
+    for hook in ("reference-transaction", "post-commit", "pre-commit", "post-checkout", "post-index-change"):
+        (repo / ".git" / "hooks" / hook).write_text(script.read_text())
+        (repo / ".git" / "hooks" / hook).chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(script))
+    outcome = fix(repo, RunConfig(), view=QuietView())
+    assert outcome.branch is not None
+    assert not marker.exists()

@@ -8,7 +8,13 @@ from validators.report import TestResult
 
 
 def test_traceback_frames_in_source_come_first_innermost_first():
-    failing = [TestResult("tests/test_a.py::t", "failed", frames=(("tests/test_a.py", 5, "t"), ("lib.py", 3, "f"), ("lib.py", 9, "g")))]
+    failing = [
+        TestResult(
+            "tests/test_a.py::t",
+            "failed",
+            frames=(("tests/test_a.py", 5, "t"), ("lib.py", 3, "f"), ("lib.py", 9, "g")),
+        )
+    ]
     assert suspicious_lines(failing, {}, [], PROTECTED_TESTS)[:2] == [("lib.py", 9), ("lib.py", 3)]
 
 
@@ -25,4 +31,6 @@ def test_lines_only_failing_tests_execute_outrank_shared_lines():
 
 def test_lines_no_failing_test_ran_are_not_suspicious():
     coverage = {"t::good": {"lib.py": [1]}, "t::bad": {"lib.py": [5]}}
-    assert suspicious_lines([TestResult("t::bad", "failed")], coverage, ["t::good"], PROTECTED_TESTS) == [("lib.py", 5)]
+    assert suspicious_lines([TestResult("t::bad", "failed")], coverage, ["t::good"], PROTECTED_TESTS) == [
+        ("lib.py", 5)
+    ]

@@ -61,5 +61,13 @@ def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_p
     assert len(iterations) >= 2
     assert len(records) >= len(lines) - 1  # at most the last line torn
     for r in iterations:
-        assert {"i", "drafter", "remaining_before", "remaining_after", "draft_ms", "verify_ms", "candidates"} <= r.keys()
+        assert {
+            "i",
+            "drafter",
+            "remaining_before",
+            "remaining_after",
+            "draft_ms",
+            "verify_ms",
+            "candidates",
+        } <= r.keys()
     assert git(repo, "status", "--porcelain") == status

@@ -21,7 +21,11 @@ def test_same_size_edits_are_not_hidden_by_stale_bytecode(tmp_path):
         before = (tmp_path / "m.py").read_text()
         ws.apply([FileChange("m.py", before, f"X = {value}\n")])
         out = subprocess.run(
-            [sys.executable, "-c", "import m; print(m.X)"], cwd=tmp_path, env=env, capture_output=True, text=True
+            [sys.executable, "-c", "import m; print(m.X)"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
         )
         seen.append(out.stdout.strip())
     assert seen == ["2", "3", "1"]

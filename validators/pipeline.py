@@ -97,6 +97,8 @@ class Verifier:
         start = time.perf_counter()
         report = self._verify(candidate, current)
         report.duration_ms = (time.perf_counter() - start) * 1000
+        if report.accepted:
+            self.coverage = remap_coverage(self.coverage, candidate.changes)
         return report
 
     def _verify(self, candidate: Candidate, current: Observation) -> VerifyReport:
@@ -179,6 +181,31 @@ class Verifier:
             if any(touched.get(path, set()) & set(lines) for path, lines in files.items())
         )
         return tuple(dict.fromkeys([*failing, *covering]))
+
+
+def remap_coverage(coverage: CoverageMap, changes: tuple[FileChange, ...]) -> CoverageMap:
+    """Coverage with line numbers moved to where an accepted edit put them; a covered line inside a
+    replaced region marks the whole new region as covered (conservative for test selection)."""
+    maps = {c.path: _line_map(c) for c in changes if c.before is not None and c.after is not None}
+    if not maps:
+        return coverage
+    remapped: CoverageMap = {}
+    for test, files in coverage.items():
+        remapped[test] = {
+            path: sorted({n for line in lines for n in maps[path].get(line, ())}) if path in maps else lines
+            for path, lines in files.items()
+        }
+    return remapped
+
+
+def _line_map(change: FileChange) -> dict[int, tuple[int, ...]]:
+    before = (change.before or "").splitlines()
+    after = (change.after or "").splitlines()
+    mapping: dict[int, tuple[int, ...]] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        for k, old in enumerate(range(i1, i2)):
+            mapping[old + 1] = (j1 + k + 1,) if tag == "equal" else tuple(range(j1 + 1, j2 + 1))
+    return mapping
 
 
 def _changed_lines(change: FileChange) -> set[int]:
