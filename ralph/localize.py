@@ -9,6 +9,10 @@ from ralph.candidate import is_protected
 from validators.report import TestResult
 
 
+def _in_project(path: str, protected: Sequence[str]) -> bool:
+    return not (path.startswith(("/", "../")) or is_protected(path, protected))
+
+
 def suspicious_lines(
     failing: Sequence[TestResult],
     coverage: Mapping[str, Mapping[str, Sequence[int]]],
@@ -21,7 +25,7 @@ def suspicious_lines(
     ranked: list[tuple[str, int]] = []
     for test in failing:
         for path, line, _func in reversed(test.frames):
-            if not is_protected(path, protected) and (path, line) not in ranked:
+            if _in_project(path, protected) and (path, line) not in ranked:
                 ranked.append((path, line))
     failed_ids = {t.nodeid for t in failing}
     passed_ids = set(passing)
@@ -38,7 +42,7 @@ def suspicious_lines(
         if counter is None:
             continue
         for path, lines in files.items():
-            if is_protected(path, protected):
+            if not _in_project(path, protected):
                 continue
             for line in lines:
                 counter[(path, line)] = counter.get((path, line), 0) + 1

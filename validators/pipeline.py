@@ -22,6 +22,7 @@ from validators.report import StageResult, TestResult
 from validators.ruff import RuffValidator
 from validators.syntax import SyntaxValidator
 from validators.toolchain import Toolchain
+from validators.warm import WarmRunner, third_party_imports
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Verifier:
         types: bool,
         cache_dir: Path,
         protected: tuple[str, ...] = PROTECTED_TESTS,
+        warm: bool = True,
     ) -> None:
         self.toolchain = toolchain
         self.targets = targets
@@ -66,8 +68,9 @@ class Verifier:
         self.syntax = SyntaxValidator(toolchain)
         self.ruff = RuffValidator(toolchain)
         self.mypy = MypyValidator(toolchain, cache_dir / "mypy") if types else None
-        self.tests = PytestValidator(toolchain)
-        self.gate = PytestValidator(toolchain, name="gate")
+        self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
+        self.tests = PytestValidator(toolchain, warm=self.warm)
+        self.gate = PytestValidator(toolchain, name="gate", warm=self.warm)
         self.checks = CommandValidator(toolchain, checks)
         self.coverage: CoverageMap = {}
         self.suite_s = 60.0
@@ -88,6 +91,11 @@ class Verifier:
             obs = obs.overlay(stage)
         self.baseline_obs = obs
         return obs, stages
+
+    def close(self) -> None:
+        """Stop the warm runner (and anything it still runs)."""
+        if self.warm is not None:
+            self.warm.close()
 
     def score(self, obs: Observation) -> Score:
         return score(self.baseline_obs, obs, self.targets)

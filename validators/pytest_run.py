@@ -11,6 +11,7 @@ from ralph.errors import RalphError
 from ralph.protocols import Scope
 from validators.report import StageResult, TestResult
 from validators.toolchain import Toolchain
+from validators.warm import WarmRunner
 
 # pytest exit codes: 0 all passed, 1 some failed, 5 none collected; anything else means it could not run.
 _RAN = (0, 1)
@@ -22,9 +23,10 @@ CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relativ
 class PytestValidator:
     name = "tests"
 
-    def __init__(self, toolchain: Toolchain, name: str = "tests") -> None:
+    def __init__(self, toolchain: Toolchain, name: str = "tests", warm: WarmRunner | None = None) -> None:
         self.toolchain = toolchain
         self.name = name
+        self.warm = warm
         self.last_coverage: CoverageMap = {}
 
     def check(self, scope: Scope, *, coverage: bool = False) -> StageResult:
@@ -37,10 +39,7 @@ class PytestValidator:
             env = {"RALPH_REPORT": str(report_path), "RALPH_COVERAGE_ROOT": str(project) + "/"}
             if coverage:
                 env["RALPH_COVERAGE"] = str(coverage_path)
-            argv = [
-                self.toolchain.python,
-                "-m",
-                "pytest",
+            args = [
                 "-p",
                 "ralph_pytest_report",
                 "-p",
@@ -51,7 +50,11 @@ class PytestValidator:
                 "--no-header",
                 *(scope.tests or ()),
             ]
-            run = self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
+            if self.warm is not None:
+                run = self.warm.run(args, env=env, timeout_s=scope.timeout_s)
+            else:
+                argv = [self.toolchain.python, "-m", "pytest", *args]
+                run = self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
             tests = _read_report(report_path, project)
             if coverage and coverage_path.exists():
                 self.last_coverage = _read_coverage(coverage_path, project)

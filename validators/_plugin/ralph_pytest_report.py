@@ -15,7 +15,6 @@ import pytest
 
 _MAX_MESSAGE = 4000
 _report_file = None
-_coverage_root = os.environ.get("RALPH_COVERAGE_ROOT", "")
 _lines_by_test: dict[str, dict[str, set[int]]] = {}
 
 
@@ -34,13 +33,19 @@ def _message(report) -> str:
     return text
 
 
+def _root() -> str:
+    # Read when used, not at import: the warm runner imports this module before any request's env.
+    return os.environ.get("RALPH_COVERAGE_ROOT", "")
+
+
 def _frames(call) -> list[list]:
     if call is None or call.excinfo is None:
         return []
     frames = []
+    root = _root()
     for entry in call.excinfo.traceback:
         path = str(entry.path)
-        if _coverage_root and not path.startswith(_coverage_root):
+        if root and not path.startswith(root):
             continue
         frames.append([path, entry.lineno + 1, entry.name])
     return frames[-20:]
@@ -142,7 +147,7 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     if _tracer is None:
-        _tracer = _Tracer(_coverage_root)
+        _tracer = _Tracer(_root())
     _tracer.start(item.nodeid)
     try:
         yield

@@ -1,0 +1,99 @@
+"""The warm test runner, run by the target's interpreter: `python ralph_worker.py MODULE...`.
+
+It imports pytest, our report plugin and the given third-party modules once (never the repo's own
+modules), then serves requests: one JSON line on stdin -> fork -> `pytest.main(args)` in the child ->
+one JSON line on stdout. A child that runs past its timeout is killed with its whole process group.
+Depends on nothing but the standard library and pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _preload(modules: list[str]) -> list[str]:
+    loaded = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except BaseException:  # a dependency that fails to import just is not preloaded
+            continue
+    return loaded
+
+
+def _run_child(request: dict) -> None:
+    """In the forked child: become a process-group leader, redirect output, run pytest, exit."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the requests pipe is the worker's alone
+    os.close(devnull)
+    fd = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.update(request.get("env", {}))
+    sys.path[:0] = [p for p in request.get("path", []) if p not in sys.path]
+    code = 3
+    try:
+        import pytest
+
+        code = int(pytest.main(request["args"]))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _serve_one(request: dict) -> dict:
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _run_child(request)
+    deadline = start + float(request.get("timeout", 300))
+    status = None
+    while status is None:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = raw
+        elif time.monotonic() > deadline:
+            break
+        else:
+            time.sleep(0.002)
+    timed_out = status is None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)  # the child's stragglers too (a test that forked)
+    if timed_out:
+        _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status) if status is not None else -9
+    return {
+        "id": request.get("id"),
+        "returncode": code,
+        "timed_out": timed_out,
+        "seconds": time.monotonic() - start,
+    }
+
+
+def main() -> None:
+    loaded = _preload(["pytest", "ralph_pytest_report", *sys.argv[1:]])
+    out = sys.stdout
+    out.write(json.dumps({"ready": True, "preloaded": loaded}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        reply = _serve_one(json.loads(line))
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The host side of the warm test runner: a long-lived worker per workspace that forks per request.
+
+The worker (``_plugin/ralph_worker.py``) runs in the target's interpreter with pytest, our report plugin
+and the project's third-party imports already loaded, so a candidate pays for fork + collection + its
+tests, not for interpreter start-up and imports. A worker that dies is restarted on the next request.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sandboxes.local import ProcessResult, child_env
+from validators.toolchain import PLUGIN_DIR, Toolchain
+
+WORKER = PLUGIN_DIR / "ralph_worker.py"
+# Modules whose import does something (opens a browser, prints, needs a display).
+_NEVER_PRELOAD = frozenset({"antigravity", "this", "tkinter", "turtle", "idlelib", "pdb", "site"})
+
+
+class WarmRunner:
+    """Runs `pytest.main(args)` in a fork of a warm worker; falls back to nothing: callers decide."""
+
+    def __init__(self, toolchain: Toolchain, preload: Sequence[str] = ()) -> None:
+        self.toolchain = toolchain
+        self.preload = list(preload)
+        self._proc: subprocess.Popen[str] | None = None
+        self._next_id = 0
+        self.starts = 0
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = child_env(self.toolchain.python_env())
+        proc = subprocess.Popen(
+            [self.toolchain.python, str(WORKER), *self.preload],
+            cwd=self.toolchain.project,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        ready = self._read_line(proc, 120)
+        if not ready or not json.loads(ready).get("ready"):
+            _kill(proc)
+            raise RuntimeError("the warm test runner did not start")
+        self.starts += 1
+        return proc
+
+    def run(self, args: Sequence[str], *, env: Mapping[str, str], timeout_s: float) -> ProcessResult:
+        """One pytest run; output is captured to a file and returned head/tail-capped."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._start()
+        proc = self._proc
+        assert proc.stdin is not None
+        self._next_id += 1
+        with tempfile.TemporaryDirectory(prefix="ralph-warm-") as tmp:
+            output = Path(tmp) / "output"
+            request = {
+                "id": self._next_id,
+                "args": list(args),
+                "env": dict(env),
+                "cwd": str(self.toolchain.project),
+                "path": [str(PLUGIN_DIR), str(self.toolchain.project)],
+                "timeout": timeout_s,
+                "output": str(output),
+            }
+            start = time.monotonic()
+            try:
+                proc.stdin.write(json.dumps(request) + "\n")
+                proc.stdin.flush()
+                line = self._read_line(proc, timeout_s + 30)
+            except (BrokenPipeError, OSError):
+                line = None
+            if not line:  # the worker itself died or hung: start afresh next time
+                _kill(proc)
+                self._proc = None
+                return ProcessResult(
+                    -9, "the warm test runner died", time.monotonic() - start, timed_out=False
+                )
+            reply = json.loads(line)
+            text = output.read_text(errors="replace") if output.exists() else ""
+        if len(text) > 1 << 20:
+            text = text[: 1 << 19] + "\n[... output dropped ...]\n" + text[-(1 << 19) :]
+        return ProcessResult(reply["returncode"], text, reply["seconds"], reply["timed_out"])
+
+    @staticmethod
+    def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        return proc.stdout.readline() if ready else None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            _kill(self._proc)
+            self._proc = None
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=5)
+
+
+def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
+    """Top-level modules the project imports that are not its own (safe to preload in the worker)."""
+    own: set[str] = set()
+    for base in (project, project / "src"):
+        if base.is_dir():
+            own |= {p.stem for p in base.glob("*.py")} | {p.name for p in base.iterdir() if p.is_dir()}
+    found: dict[str, None] = {}
+    for file in sorted(project.rglob("*.py"))[:limit]:
+        if any(part.startswith(".") or part in ("node_modules", "build", "dist") for part in file.parts):
+            continue
+        try:
+            tree = ast.parse(file.read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module.split(".")[0]]
+            for name in names:
+                if name not in own and name not in ("conftest", "__future__") and not name.startswith("test"):
+                    found[name] = None
+    return [n for n in found if n not in _NEVER_PRELOAD]
