@@ -68,6 +68,7 @@ def fix(
     project_dir = snap.toplevel / snap.subdir
     tmp = Path(tempfile.mkdtemp(prefix="ralph-"))
     trace = TraceWriter(trace_path)
+    verifier: Verifier | None = None
     try:
         materialize(snap, tmp / "ws")
         workspace = Workspace(tmp / "ws", snap.subdir)
@@ -160,5 +161,7 @@ def fix(
             apply_refused=apply and bool(ralph_branch.tip) and not applied,
         )
     finally:
+        if verifier is not None:
+            verifier.close()
         trace.close()
         shutil.rmtree(tmp, ignore_errors=True)
