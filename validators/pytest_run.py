@@ -62,6 +62,8 @@ class PytestValidator:
         detail = ""
         if run.timed_out:
             detail = f"timed out after {scope.timeout_s:.0f}s"
+        elif run.returncode < 0:
+            detail = f"the test process died (signal {-run.returncode}): " + _tail(run.output, 3)
         elif run.returncode == _NO_TESTS and scope.tests is None:
             detail = "no tests collected"
         elif run.returncode not in _RAN and not tests:

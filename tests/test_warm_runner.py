@@ -1,0 +1,87 @@
+"""The warm test runner: fork-per-request pytest that survives hangs, crashes and its own death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from ralph.protocols import Scope
+from sandboxes.local import LocalSandbox
+from tests.conftest import write_files
+from validators.pytest_run import PytestValidator
+from validators.toolchain import Toolchain
+from validators.warm import WarmRunner, third_party_imports
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    write_files(
+        tmp_path,
+        {
+            "lib.py": "import json\n\n\ndef answer():\n    return 42\n",
+            "tests/test_lib.py": (
+                "import os, signal, time\n\nfrom lib import answer\n\n\n"
+                "def test_ok():\n    assert answer() == 42\n\n\n"
+                "def test_wrong():\n    assert answer() == 41\n\n\n"
+                "def test_hangs():\n    time.sleep(600)\n\n\n"
+                "def test_crashes():\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+            ),
+        },
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def validator(project: Path):
+    toolchain = Toolchain(sys.executable, LocalSandbox(), project)
+    warm = WarmRunner(toolchain, third_party_imports(project))
+    yield PytestValidator(toolchain, warm=warm)
+    warm.close()
+
+
+def outcomes(result) -> dict[str, str]:
+    return {t.nodeid.split("::")[-1]: t.outcome for t in result.tests}
+
+
+def test_outcomes_match_a_fresh_pytest_run(validator, project):
+    scope = Scope(tests=("tests/test_lib.py::test_ok", "tests/test_lib.py::test_wrong"))
+    warm = validator.check(scope)
+    validator.warm = None
+    cold = validator.check(scope)
+    assert outcomes(warm) == outcomes(cold) == {"test_ok": "passed", "test_wrong": "failed"}
+    assert "assert 42 == 41" in next(t.message for t in warm.tests if t.failing)
+
+
+def test_a_hanging_test_is_killed_and_the_worker_survives(validator):
+    result = validator.check(Scope(tests=("tests/test_lib.py::test_hangs",), timeout_s=1.5))
+    assert outcomes(result) == {"test_hangs": "error"}
+    assert "timed out" in result.detail
+    again = validator.check(Scope(tests=("tests/test_lib.py::test_ok",)))
+    assert outcomes(again) == {"test_ok": "passed"}
+    assert validator.warm.starts == 1
+
+
+def test_a_test_that_crashes_the_interpreter_fails_with_a_reason(validator):
+    result = validator.check(Scope(tests=("tests/test_lib.py::test_crashes",)))
+    assert outcomes(result) == {"test_crashes": "error"}
+    assert "died (signal 11)" in result.tests[0].message
+
+
+def test_a_worker_that_dies_is_restarted(validator):
+    validator.check(Scope(tests=("tests/test_lib.py::test_ok",)))
+    os.killpg(validator.warm._proc.pid, signal.SIGKILL)
+    validator.warm._proc.wait()
+    result = validator.check(Scope(tests=("tests/test_lib.py::test_ok",)))
+    assert outcomes(result) == {"test_ok": "passed"}
+    assert validator.warm.starts == 2
+
+
+def test_the_projects_own_modules_are_never_preloaded(project):
+    write_files(project, {"src/pkg/__init__.py": "import requests_like_dep\n"})
+    preload = third_party_imports(project)
+    assert "json" in preload and "requests_like_dep" in preload
+    assert not {"lib", "pkg", "tests"} & set(preload)
