@@ -20,7 +20,7 @@ class Observation:
     def overlay(self, stage: StageResult) -> Observation:
         """This observation updated with what `stage` re-observed (its scope replaces ours)."""
         tests = {**self.tests, **{t.nodeid: t for t in stage.tests}}
-        diagnostics = dict(self.diagnostics)
+        diagnostics = {k: v for k, v in self.diagnostics.items() if k[0] != stage.complete_tool}
         for tool_path in stage.checked:
             diagnostics.pop(tool_path, None)
         for tool_path in stage.checked:

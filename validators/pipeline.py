@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,10 @@ from ralph.protocols import Scope
 from ralph.score import Observation, Score, regressions, score
 from validators.command import CommandValidator
 from validators.mypy import MypyValidator
-from validators.pytest_run import CoverageMap, PytestValidator
+from validators.pytest_run import PytestValidator
 from validators.report import StageResult, TestResult
 from validators.ruff import RuffValidator
+from validators.selection import CoverageMap, ImportGraph, Selection, select_tests
 from validators.syntax import SyntaxValidator
 from validators.toolchain import Toolchain
 from validators.warm import WarmRunner, third_party_imports
@@ -73,6 +76,8 @@ class Verifier:
         self.gate = PytestValidator(toolchain, name="gate", warm=self.warm)
         self.checks = CommandValidator(toolchain, checks)
         self.coverage: CoverageMap = {}
+        self.test_patterns = PROTECTED_TESTS
+        self._import_graph: ImportGraph | None = None
         self.suite_s = 60.0
         self.baseline_obs = Observation()
 
@@ -96,6 +101,8 @@ class Verifier:
         """Stop the warm runner (and anything it still runs)."""
         if self.warm is not None:
             self.warm.close()
+        if self.mypy is not None:
+            self.mypy.close()
 
     def score(self, obs: Observation) -> Score:
         return score(self.baseline_obs, obs, self.targets)
@@ -107,6 +114,7 @@ class Verifier:
         report.duration_ms = (time.perf_counter() - start) * 1000
         if report.accepted:
             self.coverage = remap_coverage(self.coverage, candidate.changes)
+            self._import_graph = None
         return report
 
     def _verify(self, candidate: Candidate, current: Observation) -> VerifyReport:
@@ -116,79 +124,156 @@ class Verifier:
             return VerifyReport(
                 False, f"edits to tests are not allowed: {', '.join(protected)}", failed_stage="policy"
             )
+        run = _Stages(self, current)
         before = self.score(current).remaining
-        merged = current
-        stages: list[StageResult] = []
         quick = min(120.0, max(20.0, 2 * self.suite_s + 10))
-        cheap = [
-            lambda: self.syntax.check(Scope(paths=paths)),
-            lambda: self.ruff.check(Scope(paths=paths, timeout_s=quick)),
-        ]
-        if mypy := self.mypy:
-            cheap.append(lambda: mypy.check(Scope(paths=paths, timeout_s=quick)))
-        cheap.append(
-            lambda: self.tests.check(Scope(tests=self.select_tests(candidate, current), timeout_s=quick))
-        )
+        # Cheapest first: syntax, lint; then the tests that failed (can it improve at all?) while
+        # the type checker runs beside them.
+        if broken := self._static(run, paths):
+            return broken
+        failing = tuple(current.failing_tests())
         failing_checks = [c for c, r in current.checks.items() if not r.passed]
+        concurrent = []
+        if failing:
+            concurrent.append(lambda: self.tests.check(Scope(tests=failing, timeout_s=quick)))
         if failing_checks:
-            cheap.append(lambda: self.checks.check(Scope(timeout_s=quick), failing_checks))
-        for run_stage in cheap:
-            stage = run_stage()
-            stages.append(stage)
-            merged = merged.overlay(stage)
-            broken = regressions(current, merged)
-            if broken:
-                return VerifyReport(
-                    False, _why(broken, stage), stages, merged, self.score(merged), failed_stage=stage.stage
-                )
-        if self.score(merged).remaining >= before:
-            return VerifyReport(
-                False, "no improvement on the targeted checks", stages, merged, self.score(merged)
-            )
-        return self._gate(current, merged, stages, before)
+            concurrent.append(lambda: self.checks.check(Scope(timeout_s=quick), failing_checks))
+        if mypy := self.mypy:
+            concurrent.append(lambda: mypy.check(Scope(paths=paths, timeout_s=quick)))
+        if broken := run.concurrently(concurrent):
+            return broken
+        if self.score(run.merged).remaining >= before:
+            return run.report(False, "no improvement on the targeted checks")
+        # It improves: make sure it breaks nothing the change can reach, failing fast.
+        selection = self.selection(candidate, current)
+        if broken := run.stage(lambda: self._selected(selection, quick)):
+            return broken
+        return self._gate(run, before)
 
-    def _gate(
-        self, current: Observation, merged: Observation, stages: list[StageResult], before: int
-    ) -> VerifyReport:
+    def detect(self, candidate: Candidate, current: Observation) -> VerifyReport:
+        """The staged checks a regressing candidate meets before the gate (what benchmarks measure):
+        syntax, lint, types and the selected tests. Rejected = caught without the full suite."""
+        start = time.perf_counter()
+        run = _Stages(self, current)
+        paths = tuple(candidate.paths)
+        quick = min(120.0, max(20.0, 2 * self.suite_s + 10))
+        broken = self._static(run, paths)
+        if not broken:
+            selection = self.selection(candidate, current)
+            concurrent = [lambda: self._selected(selection, quick)]
+            if mypy := self.mypy:
+                concurrent.append(lambda: mypy.check(Scope(paths=paths, timeout_s=quick)))
+            broken = run.concurrently(concurrent)
+        report = broken or run.report(True, "no regression found by the staged checks")
+        report.duration_ms = (time.perf_counter() - start) * 1000
+        return report
+
+    def _static(self, run: _Stages, paths: tuple[str, ...]) -> VerifyReport | None:
+        """Syntax, then lint on the changed files: milliseconds, so always first."""
+        return run.stage(lambda: self.syntax.check(Scope(paths=paths))) or run.stage(
+            lambda: self.ruff.check(Scope(paths=paths))
+        )
+
+    def selection(self, candidate: Candidate, current: Observation) -> Selection:
+        graph = self._graph()
+        selection = select_tests(candidate.changes, self.coverage, graph, self.test_patterns)
+        if selection.everything:
+            selection.tests = []
+        return selection
+
+    def _selected(self, selection: Selection, timeout_s: float) -> StageResult:
+        if not selection.tests and not selection.everything:
+            return StageResult(
+                "tests", ok=True, duration_ms=0.0, skipped=True, detail="no test can see the change"
+            )
+        tests = None if selection.everything else tuple(selection.tests)
+        result = self.tests.check(Scope(tests=tests, timeout_s=timeout_s), exitfirst=True)
+        result.detail += (
+            f" ({len(selection.tests) if tests else 'all'} selected: "
+            + "; ".join(selection.reasons[:5])
+            + ")"
+        )
+        return result
+
+    def _graph(self) -> ImportGraph:
+        if self._import_graph is None:
+            sources = {}
+            for file in self.toolchain.project.rglob("*.py"):
+                rel = file.relative_to(self.toolchain.project)
+                if any(part.startswith(".") or part in ("node_modules", "__pycache__") for part in rel.parts):
+                    continue
+                try:
+                    sources[rel.as_posix()] = file.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+            self._import_graph = ImportGraph(sources)
+        return self._import_graph
+
+    def _gate(self, run: _Stages, before: int) -> VerifyReport:
         timeout = max(60.0, 3 * self.suite_s + 30)
         suite = self.gate.check(Scope(timeout_s=timeout))
         reported = {t.nodeid for t in suite.tests}
         suite.tests += [
             TestResult(t, "error", message="disappeared from the suite")
-            for t in sorted(current.passing_tests() - reported)
+            for t in sorted(run.current.passing_tests() - reported)
         ]
-        stages.append(suite)
-        gated = Observation(
+        run.stages.append(suite)
+        merged = run.merged
+        run.merged = Observation(
             {t.nodeid: t for t in suite.tests}, merged.diagnostics, merged.checks, merged.syntax_errors
         )
-        final = [self.mypy.check(Scope(timeout_s=timeout))] if self.mypy else []
-        if self.checks.commands:
-            final.append(self.checks.check(Scope(timeout_s=timeout)))
-        for stage in final:
-            stages.append(stage)
-            gated = gated.overlay(stage)
-        broken = regressions(current, gated)
-        new_score = self.score(gated)
-        if broken:
-            return VerifyReport(False, _why(broken, suite), stages, gated, new_score, failed_stage="gate")
-        if new_score.remaining >= before:
-            return VerifyReport(
-                False, "no improvement on the full suite", stages, gated, new_score, failed_stage="gate"
-            )
-        return VerifyReport(
-            True, f"remaining error {before} -> {new_score.remaining}", stages, gated, new_score
-        )
+        if broken := run.check_regressions(suite):
+            broken.failed_stage = "gate"
+            return broken
+        if self.checks.commands and (
+            broken := run.stage(lambda: self.checks.check(Scope(timeout_s=timeout)))
+        ):
+            return broken
+        if self.score(run.merged).remaining >= before:
+            return run.report(False, "no improvement on the full suite", failed_stage="gate")
+        return run.report(True, f"remaining error {before} -> {self.score(run.merged).remaining}")
 
-    def select_tests(self, candidate: Candidate, current: Observation) -> tuple[str, ...]:
-        """The failing tests, then the tests whose baseline coverage touches a changed line."""
-        failing = current.failing_tests()
-        touched = {c.path: _changed_lines(c) for c in candidate.changes}
-        covering = sorted(
-            test
-            for test, files in self.coverage.items()
-            if any(touched.get(path, set()) & set(lines) for path, lines in files.items())
-        )
-        return tuple(dict.fromkeys([*failing, *covering]))
+
+class _Stages:
+    """The stages run so far for one candidate and the observation they add up to."""
+
+    def __init__(self, verifier: Verifier, current: Observation) -> None:
+        self.verifier = verifier
+        self.current = current
+        self.merged = current
+        self.stages: list[StageResult] = []
+
+    def report(self, accepted: bool, reason: str, failed_stage: str | None = None) -> VerifyReport:
+        score = self.verifier.score(self.merged)
+        return VerifyReport(accepted, reason, self.stages, self.merged, score, failed_stage=failed_stage)
+
+    def check_regressions(self, stage: StageResult) -> VerifyReport | None:
+        broken = regressions(self.current, self.merged)
+        if not broken:
+            return None
+        more = f" (+{len(broken) - 3} more)" if len(broken) > 3 else ""
+        reason = f"{stage.stage}: breaks " + "; ".join(broken[:3]) + more
+        return self.report(False, reason, failed_stage=stage.stage)
+
+    def stage(self, run: Callable[[], StageResult]) -> VerifyReport | None:
+        return self.concurrently([run])
+
+    def concurrently(self, runs: Sequence[Callable[[], StageResult]]) -> VerifyReport | None:
+        """Run stages (in threads when several), merge them, and report the first regression."""
+        if not runs:
+            return None
+        if len(runs) == 1:
+            results = [runs[0]()]
+        else:
+            with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+                results = list(pool.map(lambda r: r(), runs))
+        for result in results:
+            self.stages.append(result)
+            self.merged = self.merged.overlay(result)
+        for result in results:
+            if broken := self.check_regressions(result):
+                return broken
+        return None
 
 
 def remap_coverage(coverage: CoverageMap, changes: tuple[FileChange, ...]) -> CoverageMap:
@@ -214,19 +299,3 @@ def _line_map(change: FileChange) -> dict[int, tuple[int, ...]]:
         for k, old in enumerate(range(i1, i2)):
             mapping[old + 1] = (j1 + k + 1,) if tag == "equal" else tuple(range(j1 + 1, j2 + 1))
     return mapping
-
-
-def _changed_lines(change: FileChange) -> set[int]:
-    """Lines of `before` (1-based) that the change replaces, deletes, or inserts next to."""
-    before = (change.before or "").splitlines()
-    after = (change.after or "").splitlines()
-    lines: set[int] = set()
-    for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag != "equal":
-            lines.update(range(i1 + 1, max(i2, i1 + 1) + 1))
-    return lines
-
-
-def _why(broken: list[str], stage: StageResult) -> str:
-    more = f" (+{len(broken) - 3} more)" if len(broken) > 3 else ""
-    return f"{stage.stage}: breaks " + "; ".join(broken[:3]) + more

@@ -10,14 +10,13 @@ from pathlib import Path
 from ralph.errors import RalphError
 from ralph.protocols import Scope
 from validators.report import StageResult, TestResult
+from validators.selection import CoverageMap
 from validators.toolchain import Toolchain
 from validators.warm import WarmRunner
 
 # pytest exit codes: 0 all passed, 1 some failed, 5 none collected; anything else means it could not run.
 _RAN = (0, 1)
 _NO_TESTS = 5
-
-CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
 
 
 class PytestValidator:
@@ -29,8 +28,9 @@ class PytestValidator:
         self.warm = warm
         self.last_coverage: CoverageMap = {}
 
-    def check(self, scope: Scope, *, coverage: bool = False) -> StageResult:
-        """Run `scope.tests` (all when None). Requested tests that report nothing count as errors."""
+    def check(self, scope: Scope, *, coverage: bool = False, exitfirst: bool = False) -> StageResult:
+        """Run `scope.tests` (all when None). Requested tests that report nothing count as errors,
+        except after a failure with `exitfirst` (stop at the first failing test)."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
         with tempfile.TemporaryDirectory(prefix="ralph-pytest-") as tmp:
@@ -48,6 +48,7 @@ class PytestValidator:
                 "-q",
                 "--tb=short",
                 "--no-header",
+                *(["-x"] if exitfirst else []),
                 *(scope.tests or ()),
             ]
             if self.warm is not None:
@@ -69,7 +70,8 @@ class PytestValidator:
         elif run.returncode not in _RAN and not tests:
             detail = "pytest could not run: " + _tail(run.output)
         reported = {t.nodeid for t in tests}
-        for nodeid in scope.tests or ():
+        stopped_early = exitfirst and any(t.failing for t in tests)
+        for nodeid in () if stopped_early else scope.tests or ():
             if nodeid not in reported and not any(r.startswith(nodeid + "::") for r in reported):
                 reason = detail or "not run: the test was not collected (an import or collection error?)"
                 tests.append(TestResult(nodeid, "error", message=reason))

@@ -62,6 +62,8 @@ class StageResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     # The (tool, path) pairs whose diagnostics this stage fully re-checked.
     checked: list[tuple[str, str]] = field(default_factory=list)
+    # A tool whose diagnostics this stage re-checked for every file of the project.
+    complete_tool: str | None = None
     checks: list[CheckResult] = field(default_factory=list)
     syntax_errors: dict[str, str] = field(default_factory=dict)
     skipped: bool = False

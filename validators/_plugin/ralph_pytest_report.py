@@ -141,6 +141,22 @@ _tracer: _Tracer | None = None
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Lines run while test modules are imported belong to no test: record them apart."""
+    global _tracer
+    if not os.environ.get("RALPH_COVERAGE"):
+        yield
+        return
+    if _tracer is None:
+        _tracer = _Tracer(_root())
+    _tracer.start("<collection>")
+    try:
+        yield
+    finally:
+        _lines_by_test["<collection>"] = _tracer.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     global _tracer
     if not os.environ.get("RALPH_COVERAGE"):

@@ -1,0 +1,162 @@
+"""Which tests a change can affect (pure): per-test coverage at function granularity, and an import
+graph for everything coverage cannot vouch for (module-level code, uncovered code, new files)."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from ralph.candidate import FileChange, is_protected
+
+CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
+COLLECTION = "<collection>"  # pseudo-test: lines executed while pytest imported the test modules
+
+
+@dataclass
+class Selection:
+    """The tests to run, and why each part was chosen (for the trace)."""
+
+    tests: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    everything: bool = False  # the change can affect anything: run the whole suite
+
+
+def module_name(path: str) -> str | None:
+    """The dotted module a project-relative .py path defines (`src/` layouts included)."""
+    p = PurePosixPath(path)
+    if p.suffix != ".py":
+        return None
+    parts = list(p.with_suffix("").parts)
+    if parts and parts[0] == "src":
+        parts = parts[1:]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or None
+
+
+def imports_of(path: str, source: str) -> set[str]:
+    """Every module `source` may import, with their parent packages (which importing runs)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    own = module_name(path) or ""
+    package = own if path.endswith("__init__.py") else own.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".") if package else []
+                anchor = anchor[: len(anchor) - (node.level - 1)] if node.level > 1 else anchor
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base:
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+    with_parents: set[str] = set()
+    for name in found:
+        parts = name.split(".")
+        with_parents.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return with_parents
+
+
+class ImportGraph:
+    """Reverse imports between the project's own modules."""
+
+    def __init__(self, sources: Mapping[str, str]) -> None:
+        self.module_of = {path: m for path in sources if (m := module_name(path))}
+        self.path_of = {m: path for path, m in self.module_of.items()}
+        self.importers: dict[str, set[str]] = {}
+        for path, source in sources.items():
+            for target in imports_of(path, source) & self.path_of.keys():
+                self.importers.setdefault(self.path_of[target], set()).add(path)
+
+    def dependents(self, path: str) -> set[str]:
+        """Files that import `path`, directly or transitively (`path` included)."""
+        seen, todo = {path}, [path]
+        while todo:
+            for importer in self.importers.get(todo.pop(), ()):
+                if importer not in seen:
+                    seen.add(importer)
+                    todo.append(importer)
+        return seen
+
+
+def _function_spans(source: str) -> list[tuple[int, int]]:
+    """(first body line, last line) of every function; lines outside them run at import time."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return [
+        (node.body[0].lineno, node.end_lineno or node.body[-1].lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+
+
+def changed_lines(change: FileChange) -> set[int]:
+    """Lines of `before` (1-based) that the change replaces or deletes, or inserts next to."""
+    before = (change.before or "").splitlines()
+    after = (change.after or "").splitlines()
+    lines: set[int] = set()
+    for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag != "equal":
+            lines.update(range(max(1, i1), max(i2, i1 + 1) + 1))
+    return lines
+
+
+def select_tests(
+    changes: Sequence[FileChange],
+    coverage: Mapping[str, Mapping[str, Iterable[int]]],
+    graph: ImportGraph,
+    test_patterns: Sequence[str],
+) -> Selection:
+    """The tests that executed a changed function, plus, for changes coverage cannot vouch for, every
+    test module (or conftest directory) that imports the changed module transitively."""
+    selection = Selection()
+    chosen: dict[str, None] = {}
+    fallback: set[str] = set()
+    for change in changes:
+        path = change.path
+        if not path.endswith(".py"):
+            selection.everything = True
+            selection.reasons.append(f"{path}: not Python, anything may read it")
+            continue
+        if is_protected(path, test_patterns) or change.before is None:
+            fallback.add(path)
+            selection.reasons.append(f"{path}: {'new file' if change.before is None else 'test code'}")
+            continue
+        spans = _function_spans(change.before)
+        for line in sorted(changed_lines(change)):
+            span = next((s for s in sorted(spans, key=lambda s: s[1] - s[0]) if s[0] <= line <= s[1]), None)
+            if span is None:
+                fallback.add(path)
+                selection.reasons.append(f"{path}:{line}: module-level code")
+                continue
+            body = set(range(span[0], span[1] + 1))
+            at_import = body & set(coverage.get(COLLECTION, {}).get(path, ()))
+            runners = [
+                t for t, files in coverage.items() if t != COLLECTION and body & set(files.get(path, ()))
+            ]
+            chosen.update(dict.fromkeys(sorted(runners)))
+            if at_import or not runners:
+                fallback.add(path)
+                why = "runs at import time" if at_import else "no test executed it"
+                selection.reasons.append(f"{path}:{line}: {why}")
+            else:
+                selection.reasons.append(f"{path}:{line}: {len(runners)} tests executed the function")
+    for path in sorted(fallback):
+        for dependent in sorted(graph.dependents(path)):
+            if PurePosixPath(dependent).name == "conftest.py":
+                directory = str(PurePosixPath(dependent).parent)
+                chosen[directory if directory != "." else "."] = None
+            elif is_protected(dependent, test_patterns):
+                chosen[dependent] = None
+    selection.tests = list(chosen)
+    return selection
