@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ralph.candidate import FileChange
+from ralph.candidate import PROTECTED_TESTS, FileChange
 from validators.pipeline import remap_coverage
+from validators.selection import COLLECTION, ImportGraph, imports_of, select_tests
 
 
 def test_lines_below_a_removed_import_move_up():
@@ -19,3 +20,66 @@ def test_a_covered_line_that_was_rewritten_covers_its_replacement():
     after = "def f(x):\n    y = x - 1\n    return y\n"
     remapped = remap_coverage({"t::f": {"m.py": [1, 2]}}, (FileChange("m.py", before, after),))
     assert remapped == {"t::f": {"m.py": [1, 2, 3]}}
+
+
+SOURCES = {
+    "pkg/__init__.py": "from .core import area\n",
+    "pkg/core.py": "from pkg import util\n\nSCALE = 2\n\n\ndef area(w, h):\n    return w * h\n\n\ndef unused():\n    return 0\n",
+    "pkg/util.py": "def helper():\n    return 1\n",
+    "tests/test_core.py": "from pkg.core import area\n\n\ndef test_area():\n    assert area(2, 3) == 6\n",
+    "tests/test_util.py": "from pkg import util\n\n\ndef test_helper():\n    assert util.helper() == 1\n",
+    "tests/test_other.py": "def test_nothing():\n    assert True\n",
+}
+COVERAGE = {
+    "tests/test_core.py::test_area": {"pkg/core.py": [7]},
+    "tests/test_util.py::test_helper": {"pkg/util.py": [2]},
+    COLLECTION: {"pkg/core.py": [1, 3, 6, 10]},
+}
+
+
+def edit(path: str, old: str, new: str) -> FileChange:
+    return FileChange(path, SOURCES[path], SOURCES[path].replace(old, new))
+
+
+def test_a_change_inside_a_function_selects_the_tests_that_ran_it():
+    selection = select_tests(
+        [edit("pkg/core.py", "w * h", "w + h")], COVERAGE, ImportGraph(SOURCES), PROTECTED_TESTS
+    )
+    assert selection.tests == ["tests/test_core.py::test_area"]
+
+
+def test_module_level_code_falls_back_to_every_test_module_importing_it():
+    selection = select_tests(
+        [edit("pkg/core.py", "SCALE = 2", "SCALE = 3")], COVERAGE, ImportGraph(SOURCES), PROTECTED_TESTS
+    )
+    # test_util imports `pkg`, whose __init__ imports pkg.core: it is affected too.
+    assert sorted(selection.tests) == ["tests/test_core.py", "tests/test_util.py"]
+
+
+def test_uncovered_functions_fall_back_to_the_import_graph():
+    selection = select_tests(
+        [edit("pkg/core.py", "return 0", "return 1")], COVERAGE, ImportGraph(SOURCES), PROTECTED_TESTS
+    )
+    assert "tests/test_other.py" not in selection.tests
+    assert "tests/test_core.py" in selection.tests
+
+
+def test_new_files_and_non_python_files():
+    graph = ImportGraph(SOURCES)
+    assert (
+        select_tests([FileChange("pkg/new.py", None, "X = 1\n")], COVERAGE, graph, PROTECTED_TESTS).tests
+        == []
+    )
+    assert select_tests([FileChange("data.json", "{}", "[]")], COVERAGE, graph, PROTECTED_TESTS).everything
+
+
+def test_relative_imports_resolve_to_the_package():
+    assert {"pkg", "pkg.core", "pkg.core.area"} <= imports_of("pkg/__init__.py", SOURCES["pkg/__init__.py"])
+    assert "pkg.sibling" in imports_of("pkg/core.py", "from . import sibling\n")
+    assert "pkg.x" in imports_of("pkg/sub/mod.py", "from ..x import y\n")
+
+
+def test_conftest_importing_the_module_selects_its_directory():
+    sources = {**SOURCES, "tests/conftest.py": "import pkg.util\n"}
+    change = FileChange("pkg/util.py", SOURCES["pkg/util.py"], "X = 1\n" + SOURCES["pkg/util.py"])
+    assert "tests" in select_tests([change], COVERAGE, ImportGraph(sources), PROTECTED_TESTS).tests

@@ -106,8 +106,10 @@ def changed_lines(change: FileChange) -> set[int]:
     after = (change.after or "").splitlines()
     lines: set[int] = set()
     for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag != "equal":
-            lines.update(range(max(1, i1), max(i2, i1 + 1) + 1))
+        if tag == "insert":  # between lines i1 and i1 + 1 (1-based): both neighbours count
+            lines.update(n for n in (i1, i1 + 1) if n >= 1)
+        elif tag != "equal":
+            lines.update(range(i1 + 1, i2 + 1))
     return lines
 
 
