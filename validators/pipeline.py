@@ -267,13 +267,12 @@ class _Stages:
         else:
             with ThreadPoolExecutor(max_workers=len(runs)) as pool:
                 results = list(pool.map(lambda r: r(), runs))
-        for result in results:
-            self.stages.append(result)
+        self.stages.extend(results)
+        broken = None
+        for result in results:  # merged one at a time, so a regression is blamed on its stage
             self.merged = self.merged.overlay(result)
-        for result in results:
-            if broken := self.check_regressions(result):
-                return broken
-        return None
+            broken = broken or self.check_regressions(result)
+        return broken
 
 
 def remap_coverage(coverage: CoverageMap, changes: tuple[FileChange, ...]) -> CoverageMap:

@@ -1,0 +1,106 @@
+"""Staged verification on real projects: what each stage catches, and that the gate is the last word."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ralph.candidate import Candidate, FileChange
+from ralph.score import Observation
+from sandboxes.local import LocalSandbox
+from sandboxes.workspace import Workspace
+from tests.conftest import write_files
+from validators.pipeline import Verifier
+from validators.toolchain import Toolchain
+
+TYPED = {
+    "pyproject.toml": "[tool.mypy]\nstrict_optional = true\n",
+    "shapes.py": "def area(w: int, h: int) -> int:\n    return w * h\n",
+    "report.py": "from shapes import area\n\n\ndef describe() -> str:\n    return 'area ' + str(area(2, 3) + 0)\n",
+    "tests/test_shapes.py": (
+        "from report import describe\nfrom shapes import area\n\n\n"
+        "def test_area():\n    assert area(2, 3) == 6\n\n\n"
+        "def test_describe():\n    assert describe() == 'area 6'\n"
+    ),
+}
+
+
+@pytest.fixture
+def verifier(tmp_path: Path):
+    def make(files: dict[str, str], types: bool = False) -> tuple[Verifier, Workspace, Observation]:
+        write_files(tmp_path / "ws", files)
+        ws = Workspace(tmp_path / "ws")
+        toolchain = Toolchain(sys.executable, LocalSandbox(), ws.project)
+        v = Verifier(toolchain, checks=[], targets=None, types=types, cache_dir=tmp_path / "cache")
+        made.append(v)
+        state, _ = v.baseline()
+        return v, ws, state
+
+    made: list[Verifier] = []
+    yield make
+    for v in made:
+        v.close()
+
+
+def candidate(ws: Workspace, path: str, old: str, new: str) -> Candidate:
+    before = ws.read(path)
+    assert before is not None and old in before
+    change = FileChange(path, before, before.replace(old, new))
+    ws.apply([change])
+    return Candidate("test", f"{old} -> {new}", (change,))
+
+
+def test_a_type_error_in_another_module_is_caught_by_the_daemon(verifier):
+    v, ws, state = verifier(TYPED, types=True)
+    report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
+    assert report.failed_stage == "mypy"
+    assert "report.py" in report.reason  # the caller, a file the edit did not touch
+
+
+def test_the_mypy_daemon_is_stopped_when_the_verifier_closes(verifier):
+    v, ws, state = verifier(TYPED, types=True)
+    v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state)
+    status = v.mypy.status_file.read_text() if v.mypy and v.mypy.status_file.exists() else ""
+    assert '"pid"' in status
+    v.close()
+    pid = json.loads(status)["pid"]
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_a_regression_is_caught_by_the_selected_tests_before_the_gate(verifier):
+    v, ws, state = verifier(TYPED)
+    report = v.detect(candidate(ws, "shapes.py", "w * h", "w + h"), state)
+    assert report.failed_stage == "tests"
+    assert not any(s.stage == "gate" for s in report.stages)
+
+
+def test_an_unrelated_edit_runs_no_tests(verifier):
+    files = {**TYPED, "unused.py": "def f():\n    return 1\n"}
+    v, ws, state = verifier(files)
+    report = v.detect(candidate(ws, "unused.py", "return 1", "return 2"), state)
+    assert not report.failed_stage
+    assert [s.stage for s in report.stages] == ["syntax", "ruff", "tests"]
+    assert report.stages[-1].skipped
+
+
+def test_a_new_lint_diagnostic_is_a_regression(verifier):
+    v, ws, state = verifier(TYPED)
+    report = v.detect(
+        candidate(ws, "shapes.py", "    return w * h", "    unused = 1\n    return w * h"), state
+    )
+    assert report.failed_stage == "ruff"
+    assert "F841" in report.reason
