@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from ralph.errors import RalphError
 
@@ -109,6 +110,43 @@ def fix(
     else:
         console.print(summary_table(summary))
     raise typer.Exit(outcome.exit_code)
+
+
+bench = typer.Typer(
+    help="Benchmarks: figures measured against a baseline in the same run.", no_args_is_help=True
+)
+app.add_typer(bench, name="bench")
+
+
+@bench.command("verify")
+def bench_verify_command(
+    repo: Annotated[
+        Path, typer.Argument(help="A project with a pytest suite (it is copied, never changed).")
+    ],
+    mutants: Annotated[int, typer.Option(help="Caught mutants to measure.")] = 30,
+    seed: Annotated[int, typer.Option(help="Seed for the mutant order.")] = 0,
+    python: Annotated[str | None, typer.Option(help="The project's interpreter.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Per-candidate verification time against a naive full run (and pytest-testmon), and recall."""
+    from ralph.bench.verify import bench_verify
+
+    console = Console(stderr=True, soft_wrap=True)
+    result = bench_verify(
+        repo,
+        mutants=mutants,
+        seed=seed,
+        python=python,
+        progress=lambda t: console.print(t, highlight=False, markup=False),
+    )
+    summary = result.summary()
+    if as_json:
+        print(json.dumps(summary))
+        return
+    table = Table(title=f"ralph bench verify {repo}", show_header=False)
+    for key, value in summary.items():
+        table.add_row(key, str(value))
+    Console().print(table)
 
 
 @app.command()

@@ -17,6 +17,18 @@ import sys
 import time
 
 
+def _pytest_plugins() -> list[str]:
+    """pytest's builtin plugins and the installed ones it would autoload: importing them is most of
+    what a run spends before collecting (one third-party plugin measured here cost 72 ms)."""
+    from importlib.metadata import entry_points
+
+    from _pytest.config import default_plugins
+
+    names = [f"_pytest.{name}" for name in default_plugins if name != "python_path"]
+    names += [ep.value.split(":")[0] for ep in entry_points(group="pytest11")]
+    return names
+
+
 def _preload(modules: list[str]) -> list[str]:
     loaded = []
     for name in modules:
@@ -83,7 +95,9 @@ def _serve_one(request: dict) -> dict:
 
 
 def main() -> None:
-    loaded = _preload(["pytest", "ralph_pytest_report", *sys.argv[1:]])
+    import pytest  # noqa: F401
+
+    loaded = _preload(["ralph_pytest_report", *_pytest_plugins(), *sys.argv[1:]])
     out = sys.stdout
     out.write(json.dumps({"ready": True, "preloaded": loaded}) + "\n")
     out.flush()

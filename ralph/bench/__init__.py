@@ -1,0 +1,1 @@
+"""Benchmarks are code: each prints figures measured against a baseline in the same run."""

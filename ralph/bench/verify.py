@@ -1,0 +1,214 @@
+"""`ralph bench verify REPO`: staged verification of single-token mutants against the naive baseline.
+
+For each mutant the full suite catches, it times in the same run: ralph's staged checks (warm runner,
+selected tests, dmypy when configured), the naive baseline (fresh `python -m pytest -q`, `ruff check .`
+and `mypy` as a user runs them), and pytest-testmon when the project's interpreter has it. Recall is
+the share of caught mutants that the staged checks caught without the full suite.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ralph.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected
+from ralph.drafters.mutation_ops import generate_mutants
+from ralph.errors import RalphError
+from sandboxes.local import LocalSandbox
+from sandboxes.workspace import Workspace
+from validators.mypy import mypy_configured
+from validators.pipeline import Verifier
+from validators.toolchain import Toolchain, find_python, ruff_bin
+
+_SKIP_DIRS = {
+    ".git",
+    ".venv",
+    "venv",
+    ".tox",
+    "build",
+    "dist",
+    "__pycache__",
+    ".mypy_cache",
+    ".ralph",
+    "docs",
+}
+
+
+@dataclass
+class MutantResult:
+    path: str
+    description: str
+    ralph_ms: float
+    naive_ms: float
+    testmon_ms: float | None
+    detected: bool
+    stage: str | None
+
+
+@dataclass
+class VerifyBench:
+    repo: str
+    python: str
+    tried: int = 0
+    results: list[MutantResult] = field(default_factory=list)
+    baseline_s: float = 0.0
+    types: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        ralph = [r.ralph_ms for r in self.results]
+        naive = [r.naive_ms for r in self.results]
+        testmon = [r.testmon_ms for r in self.results if r.testmon_ms is not None]
+        med = _median(ralph)
+        return {
+            "repo": self.repo,
+            "mutants": len(self.results),
+            "mutants_tried": self.tried,
+            "types": self.types,
+            "median_verify_ms": med,
+            "p90_verify_ms": _p90(ralph),
+            "naive_median_ms": _median(naive),
+            "naive_p90_ms": _p90(naive),
+            "testmon_median_ms": _median(testmon) if testmon else None,
+            "speedup": round(_median(naive) / med, 2) if med else None,
+            "speedup_vs_testmon": round(_median(testmon) / med, 2) if testmon and med else None,
+            "recall": round(sum(r.detected for r in self.results) / len(self.results), 4)
+            if self.results
+            else None,
+            "missed": [f"{r.path}: {r.description}" for r in self.results if not r.detected],
+            "baseline_s": round(self.baseline_s, 2),
+        }
+
+
+def _median(xs: list[float]) -> float:
+    return round(statistics.median(xs), 1) if xs else 0.0
+
+
+def _p90(xs: list[float]) -> float:
+    return round(sorted(xs)[min(len(xs) - 1, int(0.9 * len(xs)))], 1) if xs else 0.0
+
+
+def _copy(repo: Path, dest: Path) -> None:
+    shutil.copytree(
+        repo,
+        dest,
+        ignore=lambda d, names: [n for n in names if n in _SKIP_DIRS or n.endswith(".egg-info")],
+        symlinks=True,
+    )
+
+
+def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, check=False, timeout=600)
+    return (time.perf_counter() - start) * 1000, proc.returncode
+
+
+def candidate_mutants(project: Path, seed: int) -> list[tuple[str, str, str]]:
+    """(path, description, mutated source) for every source file, in a seeded deterministic order."""
+    found = []
+    for file in sorted(project.rglob("*.py")):
+        rel = file.relative_to(project).as_posix()
+        if is_protected(rel, PROTECTED_TESTS) or any(
+            p in _SKIP_DIRS or p == "setup.py" for p in rel.split("/")
+        ):
+            continue
+        if rel in ("setup.py", "conftest.py") or rel.startswith(("docs/", "doc/", "benchmarks/")):
+            continue
+        source = file.read_text(encoding="utf-8")
+        lines = range(1, source.count("\n") + 2)
+        found += [(rel, m.description, m.source) for m in generate_mutants(source, list(lines))]
+    random.Random(seed).shuffle(found)
+    return found
+
+
+def bench_verify(
+    repo: Path,
+    *,
+    mutants: int = 30,
+    seed: int = 0,
+    python: str | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> VerifyBench:
+    """Measure staged verification on `mutants` caught mutants of `repo` (copied; never modified)."""
+    if not repo.is_dir():
+        raise RalphError(f"{repo}: no such directory")
+    with tempfile.TemporaryDirectory(prefix="ralph-bench-") as tmp:
+        project = Path(tmp) / "project"
+        _copy(repo, project)
+        workspace = Workspace(project)
+        interpreter = find_python(repo, repo, python)
+        toolchain = Toolchain(interpreter, LocalSandbox(), workspace.project)
+        types = mypy_configured(project)
+        verifier = Verifier(toolchain, checks=[], targets=None, types=types, cache_dir=Path(tmp) / "cache")
+        bench = VerifyBench(str(repo), interpreter, types=types)
+        try:
+            start = time.perf_counter()
+            progress("baseline: full suite with per-test coverage")
+            state, _ = verifier.baseline()
+            bench.baseline_s = time.perf_counter() - start
+            user_env = dict(os.environ)
+            naive_cmds = [
+                [interpreter, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                [ruff_bin(), "check", "."],
+            ]
+            if types:
+                naive_cmds.append([interpreter, "-m", "mypy", "."])
+                subprocess.run(naive_cmds[-1], cwd=project, env=user_env, capture_output=True, check=False)
+            has_testmon = toolchain.has_module("testmon")
+            if has_testmon:
+                progress("testmon: building its database")
+                subprocess.run(
+                    [interpreter, "-m", "pytest", "-q", "--testmon"],
+                    cwd=project,
+                    env=user_env,
+                    capture_output=True,
+                )
+            for path, description, mutated in candidate_mutants(project, seed):
+                if len(bench.results) >= mutants:
+                    break
+                before = workspace.read(path)
+                change = FileChange(path, before, mutated)
+                workspace.apply([change])
+                try:
+                    bench.tried += 1
+                    naive_ms, caught = 0.0, False
+                    for argv in naive_cmds:
+                        ms, code = _timed(argv, project, user_env)
+                        naive_ms += ms
+                        caught = caught or (argv is naive_cmds[0] and code == 1)
+                    if not caught:
+                        continue
+                    report = verifier.detect(Candidate("bench", description, (change,)), state)
+                    testmon_ms = None
+                    if has_testmon:
+                        testmon_ms, _ = _timed(
+                            [interpreter, "-m", "pytest", "-q", "--testmon"], project, user_env
+                        )
+                    bench.results.append(
+                        MutantResult(
+                            path,
+                            description,
+                            report.duration_ms,
+                            naive_ms,
+                            testmon_ms,
+                            detected=not report.accepted,
+                            stage=report.failed_stage,
+                        )
+                    )
+                    progress(
+                        f"{len(bench.results)}/{mutants} {path}: {description} · ralph {report.duration_ms:.0f} ms "
+                        f"({report.failed_stage or 'MISSED'}) · naive {naive_ms:.0f} ms"
+                    )
+                finally:
+                    workspace.revert([change])
+        finally:
+            verifier.close()
+    return bench
