@@ -102,6 +102,7 @@ def score(baseline: Observation, state: Observation, targets: frozenset[str] | N
 def regressions(current: Observation, candidate: Observation) -> list[str]:
     """Everything `candidate` breaks that was fine in `current`: a test, a check, a new diagnostic."""
     broken = [f"test {t}" for t in sorted(current.passing_tests()) if _now_failing(candidate, t)]
+    broken += [f"test {t} (new, failing)" for t in candidate.failing_tests() if t not in current.tests]
     broken += [f"check {c}" for c, r in current.checks.items() if r.passed and not candidate.checks[c].passed]
     added = candidate.diagnostic_keys() - current.diagnostic_keys()
     broken += [f"{tool} {path}: {code} {msg}" for tool, path, code, msg in sorted(added.elements())]

@@ -67,6 +67,13 @@ def test_regressions_name_everything_a_candidate_breaks():
     ]
 
 
+def test_a_new_test_that_fails_is_a_regression():
+    current = obs(passed=["t::p[a]"])
+    assert regressions(current, obs(passed=["t::p[a]"], failed=["t::p[b]"])) == [
+        "test t::p[b] (new, failing)"
+    ]
+
+
 def test_fixing_something_is_not_a_regression():
     current = obs(passed=["t::a"], failed=["t::b"])
     assert regressions(current, obs(passed=["t::a", "t::b"])) == []

@@ -69,6 +69,8 @@ class PytestValidator:
             detail = "no tests collected"
         elif run.returncode not in _RAN and not tests:
             detail = "pytest could not run: " + _tail(run.output)
+        elif run.returncode not in (*_RAN, _NO_TESTS):  # partial results cannot be trusted
+            detail = f"pytest stopped early (exit {run.returncode}): " + _tail(run.output, 3)
         reported = {t.nodeid for t in tests}
         stopped_early = exitfirst and any(t.failing for t in tests)
         for nodeid in () if stopped_early else scope.tests or ():
@@ -84,7 +86,7 @@ class PytestValidator:
         result = self.check(Scope(timeout_s=timeout_s), coverage=True)
         if result.detail == "no tests collected":
             raise RalphError(f"no tests found in {self.toolchain.project.name} (pytest collected nothing)")
-        if result.detail.startswith(("pytest could not run", "timed out")):
+        if result.detail.startswith(("pytest could not run", "pytest stopped early", "timed out")):
             raise RalphError(f"the test suite could not run at baseline: {result.detail.splitlines()[0]}")
         return result
 

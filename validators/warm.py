@@ -38,7 +38,10 @@ class WarmRunner:
         self.starts = 0
 
     def _start(self) -> subprocess.Popen[str]:
-        env = child_env(self.toolchain.python_env())
+        # The worker drops these after preloading, should a dependency have imported an installed
+        # copy of the project (its own modules must always come fresh from the workspace).
+        own = ",".join(sorted(project_modules(self.toolchain.project)))
+        env = child_env(self.toolchain.python_env({"RALPH_OWN_MODULES": own}))
         proc = subprocess.Popen(
             [self.toolchain.python, str(WORKER), *self.preload],
             cwd=self.toolchain.project,
@@ -112,12 +115,18 @@ def _kill(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=5)
 
 
-def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
-    """Top-level modules the project imports that are not its own (safe to preload in the worker)."""
+def project_modules(project: Path) -> set[str]:
+    """Top-level module names the project itself defines (at its root or under src/)."""
     own: set[str] = set()
     for base in (project, project / "src"):
         if base.is_dir():
             own |= {p.stem for p in base.glob("*.py")} | {p.name for p in base.iterdir() if p.is_dir()}
+    return own
+
+
+def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
+    """Top-level modules the project imports that are not its own (safe to preload in the worker)."""
+    own = project_modules(project)
     found: dict[str, None] = {}
     for file in sorted(project.rglob("*.py"))[:limit]:
         if any(part.startswith(".") or part in ("node_modules", "build", "dist") for part in file.parts):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 
 import pytest
 
@@ -104,23 +105,32 @@ class _Tracer:
         try:
             import coverage
 
-            self._cov = coverage.Coverage(data_file=None, include=[os.path.join(root, "*")], branch=False)
+            # The project's own coverage settings must not change (or warn about) what we measure.
+            self._cov = coverage.Coverage(
+                data_file=None, include=[os.path.join(root, "*")], branch=False, config_file=False
+            )
         except Exception:
             self._cov = None
 
     def start(self, nodeid: str) -> None:
         self.lines = {}
         if self._cov is not None:
-            self._cov.erase()
-            self._cov.start()
+            # Coverage's own warnings ("no data collected") must not fail a suite that makes
+            # warnings errors: they say nothing about the project.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._cov.erase()
+                self._cov.start()
         else:
             sys.settrace(self._trace)
 
     def stop(self) -> dict[str, set[int]]:
         if self._cov is not None:
-            self._cov.stop()
-            data = self._cov.get_data()
-            return {f: set(data.lines(f) or ()) for f in data.measured_files()}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._cov.stop()
+                data = self._cov.get_data()
+                return {f: set(data.lines(f) or ()) for f in data.measured_files()}
         sys.settrace(None)
         return self.lines
 

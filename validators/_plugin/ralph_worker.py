@@ -15,18 +15,18 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 
-def _pytest_plugins() -> list[str]:
-    """pytest's builtin plugins and the installed ones it would autoload: importing them is most of
+def _pytest_plugins() -> tuple[list[str], list[str]]:
+    """pytest's builtin plugins, and the installed ones it would autoload: importing them is most of
     what a run spends before collecting (one third-party plugin measured here cost 72 ms)."""
     from importlib.metadata import entry_points
 
     from _pytest.config import default_plugins
 
-    names = [f"_pytest.{name}" for name in default_plugins if name != "python_path"]
-    names += [ep.value.split(":")[0] for ep in entry_points(group="pytest11")]
-    return names
+    builtin = [f"_pytest.{name}" for name in default_plugins if name != "python_path"]
+    return builtin, [ep.value.split(":")[0] for ep in entry_points(group="pytest11")]
 
 
 def _preload(modules: list[str]) -> list[str]:
@@ -38,6 +38,16 @@ def _preload(modules: list[str]) -> list[str]:
         except BaseException:  # a dependency that fails to import just is not preloaded
             continue
     return loaded
+
+
+def _forget_project_modules(own: list[str], root: str) -> None:
+    """Drop the project's own modules (an installed copy a dependency imported, say): each child must
+    import them from the workspace."""
+    own_names = {name for name in own if name}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        if name.split(".")[0] in own_names or file.startswith(root + os.sep):
+            del sys.modules[name]
 
 
 def _run_child(request: dict) -> None:
@@ -58,7 +68,11 @@ def _run_child(request: dict) -> None:
     try:
         import pytest
 
-        code = int(pytest.main(request["args"]))
+        # Preloaded plugins cannot have their asserts rewritten; pytest warns, and a suite that turns
+        # warnings into errors would stop on it.
+        code = int(pytest.main(["-W", "ignore::pytest.PytestAssertRewriteWarning", *request["args"]]))
+    except BaseException:
+        traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -97,7 +111,9 @@ def _serve_one(request: dict) -> dict:
 def main() -> None:
     import pytest  # noqa: F401
 
-    loaded = _preload(["ralph_pytest_report", *_pytest_plugins(), *sys.argv[1:]])
+    builtin, plugins = _pytest_plugins()
+    loaded = _preload(["ralph_pytest_report", *builtin, *plugins, *sys.argv[1:]])
+    _forget_project_modules(os.environ.get("RALPH_OWN_MODULES", "").split(","), os.getcwd())
     out = sys.stdout
     out.write(json.dumps({"ready": True, "preloaded": loaded}) + "\n")
     out.flush()
