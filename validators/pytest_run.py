@@ -48,6 +48,8 @@ class PytestValidator:
                 "-q",
                 "--tb=short",
                 "--no-header",
+                # One module that fails to import must not hide the outcome of every other test.
+                "--continue-on-collection-errors",
                 *(["-x"] if exitfirst else []),
                 *(scope.tests or ()),
             ]
