@@ -1,0 +1,801 @@
+"""Template-based program repair: single-edit mutants at suspicious lines.
+
+Given Python source and a ranked list of suspicious lines, `generate_mutants` proposes small,
+classic repair templates (operator swaps, off-by-one changes, negated conditions, variable
+substitutions, ...) in the spirit of GenProg, PyGGI and TBar.  Every edit replaces only the exact
+text span of the affected token or node, located through `ast` positions, so the rest of the
+file -- comments, formatting and all other lines -- is preserved byte for byte.  Every mutant
+parses, differs from the original, and no two mutants share the same text.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import builtins
+import contextlib
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+__all__ = ["MAX_MUTANTS_PER_LINE", "MAX_SUBSTITUTIONS_PER_NAME", "Mutant", "generate_mutants"]
+
+MAX_MUTANTS_PER_LINE = 60
+MAX_SUBSTITUTIONS_PER_NAME = 6
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One candidate single edit of a source file."""
+
+    line: int  # 1-based line of the edit (start line of the replaced span)
+    operator: str  # stable short name of the mutation operator, e.g. "compare_flip"
+    description: str  # human readable, e.g. "line 12: `<` -> `<=`"
+    source: str  # the whole mutated file text
+    cost: int  # simplicity rank: lower = simpler / more likely to be the fix
+
+
+def generate_mutants(source: str, lines: Sequence[int]) -> list[Mutant]:
+    """Mutants at the given lines, ordered by (position of the line in `lines`, cost, column).
+
+    `lines` is ranked by suspiciousness, most suspicious first.  An edit belongs to a line when
+    the replaced span starts on it or the mutated node starts on it.  At most
+    `MAX_MUTANTS_PER_LINE` mutants are produced per line; a mutant reachable from several lines
+    is reported once, under the best ranked one.  A `source` that does not parse yields `[]`.
+    """
+    tree = _parse(source)
+    if tree is None:
+        return []
+    ranked = list(dict.fromkeys(lines))
+    wanted = set(ranked)
+    collector = _Collector(source, tree, wanted)
+    edits_by_line: dict[int, list[_Edit]] = {line: [] for line in ranked}
+    for edit in collector.collect():
+        for line in {edit.line, edit.anchor} & wanted:
+            edits_by_line[line].append(edit)
+
+    seen = {source}
+    mutants: list[Mutant] = []
+    for line in ranked:
+        produced = 0
+        for edit in sorted(edits_by_line[line], key=lambda e: (e.cost, e.line, e.col, e.seq)):
+            if produced >= MAX_MUTANTS_PER_LINE:
+                break
+            replacement = _padded(source, edit)
+            mutated = source[: edit.start] + replacement + source[edit.end :]
+            if mutated in seen:
+                continue
+            seen.add(mutated)
+            if not _still_parses(source, edit, replacement):
+                continue
+            mutants.append(
+                Mutant(
+                    line=edit.line,
+                    operator=edit.operator,
+                    description=f"line {edit.line}: {edit.description}",
+                    source=mutated,
+                    cost=edit.cost,
+                )
+            )
+            produced += 1
+    return mutants
+
+
+# Operator costs: lower means simpler, tried first.
+_COSTS = {
+    "binop_swap": 1,
+    "augassign_swap": 1,
+    "compare_flip": 1,
+    "boolop_swap": 1,
+    "const_off_by_one": 1,
+    "remove_not": 1,
+    "bool_const_flip": 1,
+    "negate_condition": 2,
+    "slice_off_by_one": 2,
+    "index_off_by_one": 2,
+    "call_swap": 2,
+    "swap_args": 3,
+    "swap_operands": 3,
+    "unary_remove": 3,
+    "var_substitute": 3,
+    "delete_statement": 4,
+}
+
+_BINOP_TOKENS: dict[type[ast.operator], str] = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.MatMult: "@",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+}
+
+_BINOP_SWAPS: dict[str, tuple[str, ...]] = {
+    "+": ("-",),
+    "-": ("+",),
+    "*": ("/", "//"),
+    "/": ("//", "*"),
+    "//": ("/", "*"),
+    "%": ("//",),
+    "**": ("*",),
+    "@": ("*",),
+    "&": ("|",),
+    "|": ("&",),
+    "^": ("|", "&"),
+    "<<": (">>",),
+    ">>": ("<<",),
+}
+
+_COMPARE_TOKENS: dict[type[ast.cmpop], str] = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.In: "in",
+    ast.NotIn: "not in",
+}
+
+_COMPARE_FLIPS: dict[str, tuple[str, ...]] = {
+    "<": ("<=", ">"),
+    "<=": ("<", ">="),
+    ">": (">=", "<"),
+    ">=": (">", "<="),
+    "==": ("!=",),
+    "!=": ("==",),
+    "is": ("is not",),
+    "is not": ("is",),
+    "in": ("not in",),
+    "not in": ("in",),
+}
+
+# Comparisons where `a op b` and `b op a` differ (swapping them is a distinct repair).
+_ORDERED_COMPARES = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_NON_COMMUTATIVE = (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.LShift, ast.RShift, ast.MatMult)
+
+_CONFUSED_CALLS: tuple[tuple[str, str], ...] = (
+    ("min", "max"),
+    ("any", "all"),
+    ("floor", "ceil"),
+    ("upper", "lower"),
+    ("isupper", "islower"),
+    ("startswith", "endswith"),
+    ("append", "extend"),
+    ("index", "find"),
+    ("lstrip", "rstrip"),
+    ("split", "rsplit"),
+    ("keys", "values"),
+    ("isdigit", "isalpha"),
+)
+_CALL_SWAPS: dict[str, tuple[str, ...]] = {}
+for _a, _b in _CONFUSED_CALLS:
+    _CALL_SWAPS[_a] = (*_CALL_SWAPS.get(_a, ()), _b)
+    _CALL_SWAPS[_b] = (*_CALL_SWAPS.get(_b, ()), _a)
+
+# Nodes whose text can be moved next to a binary operator without adding parentheses.
+_ATOMS = (
+    ast.Name,
+    ast.Constant,
+    ast.Attribute,
+    ast.Call,
+    ast.Subscript,
+    ast.List,
+    ast.Dict,
+    ast.Set,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.JoinedStr,
+)
+_ADDITIVE_SAFE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)
+
+_NESTED_SCOPES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+_DELETABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)
+_NEVER_SUBSTITUTED = frozenset({"self", "cls"})
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+# Line breaks as the Python tokenizer counts them (form feeds and U+2028 are not line breaks).
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+_GAP_SPACE = " \t\f\r\n"
+
+
+class _BadPosition(Exception):
+    """A node position does not map onto the source text as expected."""
+
+
+@dataclass(frozen=True)
+class _Edit:
+    start: int  # absolute character offsets of the replaced span
+    end: int
+    text: str
+    operator: str
+    description: str
+    line: int  # line where the replaced span starts
+    col: int  # character column of the span start on `line`
+    anchor: int  # start line of the mutated node
+    cost: int
+    seq: int  # generation order, the final tie breaker
+    region: _Region | None  # smallest enclosing statement that can be re-parsed on its own
+
+
+@dataclass(frozen=True)
+class _Region:
+    """Whole lines of a statement that starts its line, with everything nested in it."""
+
+    start: int
+    end: int
+    indented: bool
+
+
+def _parse(source: str) -> ast.Module | None:
+    with warnings.catch_warnings():
+        # Mutants may trigger SyntaxWarnings (e.g. `x is 1`); they are still valid programs.
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+def _is_ident_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _padded(source: str, edit: _Edit) -> str:
+    """The edit's replacement text, with a space added where it would fuse with a neighbouring word."""
+    text = edit.text
+    # `else-1` -> `else 0`, not `else0`.
+    if text and edit.start > 0 and _is_ident_char(source[edit.start - 1]) and _is_ident_char(text[0]):
+        text = " " + text
+    if text and edit.end < len(source) and _is_ident_char(text[-1]) and _is_ident_char(source[edit.end]):
+        text += " "
+    return text
+
+
+def _still_parses(source: str, edit: _Edit, replacement: str) -> bool:
+    """Whether the mutated file parses.
+
+    Re-parsing only the lines of the innermost statement holding the edit is equivalent and much
+    cheaper on big files: the edit leaves every other line as it was, and an indented statement
+    parses alone inside an `if 1:` block exactly when it parses in its own block.
+    """
+    region = edit.region
+    if region is None:
+        return _parse(source[: edit.start] + replacement + source[edit.end :]) is not None
+    snippet = source[region.start : edit.start] + replacement + source[edit.end : region.end]
+    return _parse("if 1:\n" + snippet if region.indented else snippet) is not None
+
+
+def _short(text: str, limit: int = 40) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _format_int(value: int, like: str) -> str:
+    """`value` written in the base of the literal `like` (hex stays hex)."""
+    prefix = like[:2].lower()
+    spec = {"0x": "x", "0o": "o", "0b": "b"}.get(prefix)
+    if spec is None:
+        return str(value)
+    sign = "-" if value < 0 else ""
+    return f"{sign}{like[:2]}{format(abs(value), spec)}"
+
+
+def _int_literal_value(text: str) -> int | None:
+    if not text or not text[0].isdigit():
+        return None
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+class _Text:
+    """Maps `ast` positions (1-based line, UTF-8 byte column) to offsets into the source string."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.line_starts = [0, *(m.end() for m in _NEWLINE.finditer(source))]
+        self._encoded: dict[int, bytes] = {}
+
+    def line_end(self, lineno: int) -> int:
+        """Offset just past line `lineno`, its line break included."""
+        return self.line_starts[lineno] if lineno < len(self.line_starts) else len(self.source)
+
+    def offset(self, lineno: int, byte_col: int) -> int:
+        if not 1 <= lineno <= len(self.line_starts):
+            raise _BadPosition(f"line {lineno}")
+        start = self.line_starts[lineno - 1]
+        encoded = self._encoded.get(lineno)
+        if encoded is None:
+            encoded = self.source[start : self.line_end(lineno)].encode("utf-8", "surrogatepass")
+            self._encoded[lineno] = encoded
+        if byte_col > len(encoded):
+            raise _BadPosition(f"column {byte_col} on line {lineno}")
+        try:
+            return start + len(encoded[:byte_col].decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise _BadPosition(f"column {byte_col} splits a character on line {lineno}") from exc
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        lineno, col = getattr(node, "lineno", None), getattr(node, "col_offset", None)
+        end_lineno, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if lineno is None or col is None or end_lineno is None or end_col is None:
+            raise _BadPosition(f"{type(node).__name__} has no position")
+        return self.offset(lineno, col), self.offset(end_lineno, end_col)
+
+    def text(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.source[start:end]
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        lo, hi = 0, len(self.line_starts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.line_starts[mid] <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + 1, offset - self.line_starts[lo]
+
+    def gap_tokens(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Spans of the operator words/symbols between two operands.
+
+        The gap between two operands holds only the operator plus whitespace, parentheses,
+        comments and backslash continuations, so a scan is enough (no string literals here).
+        """
+        src, tokens, i = self.source, [], start
+        while i < end:
+            char = src[i]
+            if char in _GAP_SPACE or char in "()" or char == "\\":
+                i += 1
+            elif char == "#":
+                while i < end and src[i] not in "\r\n":
+                    i += 1
+            else:
+                j = i
+                while j < end and src[j] not in _GAP_SPACE and src[j] not in "()#\\":
+                    j += 1
+                tokens.append((i, j))
+                i = j
+        return tokens
+
+
+class _Collector:
+    """Walks the tree once and proposes edits for nodes at the wanted lines."""
+
+    def __init__(self, source: str, tree: ast.Module, wanted: set[int]) -> None:
+        self.text = _Text(source)
+        self.tree = tree
+        self.wanted = wanted
+        self.sorted_wanted = sorted(wanted)
+        self.edits: list[_Edit] = []
+        self.skip_const: set[int] = set()  # ids of int literals already mutated as `-n`
+        self.call_funcs: set[int] = set()  # ids of Names called as functions
+        self.bindings: dict[int, dict[str, int]] = {}  # scope id -> name -> first binding line
+        self.region: _Region | None = None  # re-parse region for the edits of the current node
+
+    def collect(self) -> list[_Edit]:
+        stack: list[tuple[ast.AST, ast.AST, _Region | None]] = [(self.tree, self.tree, None)]
+        while stack:
+            node, scope, region = stack.pop()
+            if not self._may_hold_wanted_lines(node):
+                continue  # children lie within their parent's lines, so skip the whole subtree
+            if isinstance(node, ast.stmt):
+                with contextlib.suppress(_BadPosition):
+                    region = self._statement_region(node) or region
+            # Edits made while visiting `node` (deletions of its child statements included) are
+            # all contained in `region`, and deletions leave it strictly larger than the edit.
+            self.region = region
+            with contextlib.suppress(_BadPosition):  # skip nodes whose positions do not map cleanly
+                self._mutate(node, scope)
+            children = [(child, child_scope, region) for child, child_scope in self._children(node, scope)]
+            stack.extend(reversed(children))
+        return self.edits
+
+    def _statement_region(self, stmt: ast.stmt) -> _Region | None:
+        """The statement's whole lines, when nothing but indentation precedes it on its first line."""
+        decorators: list[ast.expr] = getattr(stmt, "decorator_list", [])
+        first: ast.AST = decorators[0] if decorators else stmt
+        start, _ = self.text.span(first)
+        line_start = self.text.line_starts[self.text.line_col(start)[0] - 1]
+        prefix = self.text.source[line_start:start]
+        if prefix.strip() not in ("", "@") or "\f" in prefix or self.text.source.startswith("elif", start):
+            return None  # an `elif` cannot stand alone (its `if` can); form feeds reset indentation
+        end = self.text.line_end(stmt.end_lineno or stmt.lineno)
+        return _Region(line_start, end, indented=prefix[:1] in (" ", "\t"))
+
+    def _may_hold_wanted_lines(self, node: ast.AST) -> bool:
+        start = getattr(node, "lineno", None)
+        end = getattr(node, "end_lineno", None)
+        if start is None or end is None:
+            return True  # Module, comprehension, match_case, ...: no position of their own
+        for decorator in getattr(node, "decorator_list", ()):
+            start = min(start, decorator.lineno)  # decorators sit above the `def` line
+        return self._any_wanted(start, end)
+
+    # --- traversal -------------------------------------------------------------------------
+
+    def _children(self, node: ast.AST, scope: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
+        """Child nodes with their scope; annotations are skipped (mutating them changes nothing)."""
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            for default in [*node.args.defaults, *node.args.kw_defaults]:
+                if default is not None:
+                    yield default, scope
+            if isinstance(node, ast.Lambda):
+                yield node.body, node
+                return
+            for decorator in node.decorator_list:
+                yield decorator, scope
+            for stmt in node.body:
+                yield stmt, node
+        elif isinstance(node, ast.ClassDef):
+            for child in [*node.decorator_list, *node.bases, *node.keywords]:
+                yield child, scope
+            for stmt in node.body:
+                yield stmt, node
+        elif isinstance(node, ast.AnnAssign):
+            yield node.target, scope
+            if node.value is not None:
+                yield node.value, scope
+        elif isinstance(node, ast.arguments | ast.arg) or (
+            isinstance(node, ast.JoinedStr) and not self._fstring_positions_ok(node)
+        ):
+            return
+        else:
+            for child in ast.iter_child_nodes(node):
+                yield child, scope
+
+    def _fstring_positions_ok(self, node: ast.JoinedStr) -> bool:
+        """Whether positions inside this f-string match its text (older parsers got some wrong)."""
+        for value in node.values:
+            if not isinstance(value, ast.FormattedValue):
+                continue
+            try:
+                reparsed = _parse(f"({self.text.text(value.value)})")
+            except _BadPosition:
+                return False
+            if reparsed is None or ast.dump(reparsed.body[0]) != ast.dump(ast.Expr(value.value)):
+                return False
+        return True
+
+    def _relevant(self, node: ast.AST) -> bool:
+        start = getattr(node, "lineno", None)
+        end = getattr(node, "end_lineno", None)
+        if start is None or end is None:
+            return False
+        return self._any_wanted(start, end)
+
+    def _any_wanted(self, start: int, end: int) -> bool:
+        index = bisect.bisect_left(self.sorted_wanted, start)
+        return index < len(self.sorted_wanted) and self.sorted_wanted[index] <= end
+
+    # --- edit construction -------------------------------------------------------------------
+
+    def _add(self, node: ast.AST, start: int, end: int, text: str, operator: str, description: str) -> None:
+        line, col = self.text.line_col(start)
+        anchor = getattr(node, "lineno", line)
+        if line not in self.wanted and anchor not in self.wanted:
+            return
+        self.edits.append(
+            _Edit(
+                start=start,
+                end=end,
+                text=text,
+                operator=operator,
+                description=description,
+                line=line,
+                col=col,
+                anchor=anchor,
+                cost=_COSTS[operator],
+                seq=len(self.edits),
+                region=self.region,
+            )
+        )
+
+    def _replace_node(self, node: ast.AST, text: str, operator: str, description: str | None = None) -> None:
+        start, end = self.text.span(node)
+        old = self.text.source[start:end]
+        self._add(node, start, end, text, operator, description or f"`{_short(old)}` -> `{_short(text)}`")
+
+    def _operator_span(self, left: ast.AST, right: ast.AST, expected: str) -> tuple[int, int]:
+        """Span of the operator token(s) between two operands, checked against `expected`."""
+        _, gap_start = self.text.span(left)
+        gap_end, _ = self.text.span(right)
+        tokens = self.text.gap_tokens(gap_start, gap_end)
+        words = " ".join(self.text.source[s:e] for s, e in tokens)
+        if not tokens or words != expected:
+            raise _BadPosition(f"expected `{expected}` between operands, found `{words}`")
+        return tokens[0][0], tokens[-1][1]
+
+    def _swap_operator(
+        self, node: ast.AST, left: ast.AST, right: ast.AST, old: str, new: str, op: str
+    ) -> None:
+        start, end = self._operator_span(left, right, old)
+        self._add(node, start, end, new, op, f"`{old}` -> `{new}`")
+
+    def _moved(self, node: ast.AST) -> str:
+        text = self.text.text(node)
+        return text if isinstance(node, _ATOMS) else f"({text})"
+
+    def _swap_nodes(
+        self, parent: ast.AST, first: ast.AST, second: ast.AST, operator: str, wrap: bool
+    ) -> None:
+        """Exchange two sibling nodes, keeping whatever lies between them."""
+        a_start, a_end = self.text.span(first)
+        b_start, b_end = self.text.span(second)
+        if a_end > b_start:
+            return
+        a_text = self._moved(first) if wrap else self.text.source[a_start:a_end]
+        b_text = self._moved(second) if wrap else self.text.source[b_start:b_end]
+        gap = self.text.source[a_end:b_start]
+        description = f"swap `{_short(a_text, 20)}` and `{_short(b_text, 20)}`"
+        self._add(parent, a_start, b_end, b_text + gap + a_text, operator, description)
+
+    def _off_by_one(self, node: ast.expr, operator: str) -> None:
+        """`e` -> `e + 1` / `e - 1` for a non-literal bound (literals get `const_off_by_one`)."""
+        if isinstance(node, ast.Constant | ast.Starred | ast.Slice | ast.Tuple):
+            return
+        if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
+            return
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Add | ast.Sub)
+            and isinstance(node.right, ast.Constant)
+            and type(node.right.value) is int
+        ):
+            return  # `n - 1` already becomes `n - 0` / `n - 2` through its literal
+        text = self.text.text(node)
+        safe = (
+            isinstance(node, _ATOMS)
+            or (isinstance(node, ast.BinOp) and isinstance(node.op, _ADDITIVE_SAFE_OPS))
+            or (isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not))
+        )
+        base = text if safe else f"({text})"
+        for delta in ("+ 1", "- 1"):
+            self._replace_node(node, f"{base} {delta}", operator)
+
+    def _scope_bindings(self, scope: ast.AST) -> dict[str, int]:
+        cached = self.bindings.get(id(scope))
+        if cached is not None:
+            return cached
+        names: dict[str, int] = {}
+
+        def bind(name: str, line: int) -> None:
+            if line < names.get(name, line + 1):
+                names[name] = line
+
+        body: list[ast.AST]
+        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            args = scope.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                if arg is not None:
+                    bind(arg.arg, arg.lineno)
+            body = [scope.body] if isinstance(scope, ast.Lambda) else list(scope.body)
+        elif isinstance(scope, ast.Module | ast.ClassDef):
+            body = list(scope.body)
+        else:
+            body = []
+        stack = body
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                bind(node.id, node.lineno)
+            elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+                bind(node.name, node.lineno)
+            if isinstance(node, _NESTED_SCOPES):
+                continue  # names bound in nested scopes are not visible here
+            stack.extend(ast.iter_child_nodes(node))
+        self.bindings[id(scope)] = names
+        return names
+
+    # --- operators ---------------------------------------------------------------------------
+
+    def _mutate(self, node: ast.AST, scope: ast.AST) -> None:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and len(block) > 1:
+                for stmt in block:
+                    if isinstance(stmt, _DELETABLE) and self._relevant(stmt):
+                        with contextlib.suppress(_BadPosition):
+                            self._delete_statement(stmt)
+        if isinstance(node, ast.comprehension):  # has no position of its own
+            for condition in node.ifs:
+                self._negate(condition)
+        if not self._relevant(node):
+            return
+        if isinstance(node, ast.BinOp):
+            self._binop(node)
+        elif isinstance(node, ast.AugAssign):
+            self._augassign(node)
+        elif isinstance(node, ast.Compare):
+            self._compare(node)
+        elif isinstance(node, ast.BoolOp):
+            self._boolop(node)
+        elif isinstance(node, ast.UnaryOp):
+            self._unaryop(node)
+        elif isinstance(node, ast.Constant):
+            self._constant(node)
+        elif isinstance(node, ast.Call):
+            self._call(node)
+        elif isinstance(node, ast.Subscript):
+            self._subscript(node)
+        elif isinstance(node, ast.Name):
+            self._name(node, scope)
+        if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert):
+            self._negate(node.test)
+
+    def _binop(self, node: ast.BinOp) -> None:
+        old = _BINOP_TOKENS[type(node.op)]
+        for new in _BINOP_SWAPS[old]:
+            self._swap_operator(node, node.left, node.right, old, new, "binop_swap")
+        if isinstance(node.op, _NON_COMMUTATIVE):
+            self._swap_nodes(node, node.left, node.right, "swap_operands", wrap=True)
+
+    def _augassign(self, node: ast.AugAssign) -> None:
+        old = _BINOP_TOKENS[type(node.op)]
+        for new in _BINOP_SWAPS[old]:
+            self._swap_operator(node, node.target, node.value, f"{old}=", f"{new}=", "augassign_swap")
+
+    def _compare(self, node: ast.Compare) -> None:
+        left: ast.expr = node.left
+        for op, right in zip(node.ops, node.comparators, strict=True):
+            old = _COMPARE_TOKENS[type(op)]
+            for new in _COMPARE_FLIPS[old]:
+                self._swap_operator(node, left, right, old, new, "compare_flip")
+            left = right
+        if len(node.ops) == 1 and isinstance(node.ops[0], _ORDERED_COMPARES):
+            self._swap_nodes(node, node.left, node.comparators[0], "swap_operands", wrap=True)
+
+    def _boolop(self, node: ast.BoolOp) -> None:
+        old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
+        spans = [
+            self._operator_span(left, right, old)
+            for left, right in zip(node.values, node.values[1:], strict=False)
+        ]
+        for start, end in spans:
+            self._add(node, start, end, new, "boolop_swap", f"`{old}` -> `{new}`")
+        if len(spans) > 1:
+            # Every operator at once, so `a and b and c` -> `a or b or c` is also on offer.
+            parts, cursor = [], spans[0][0]
+            for start, end in spans:
+                parts.append(self.text.source[cursor:start] + new)
+                cursor = end
+            self._add(
+                node, spans[0][0], spans[-1][1], "".join(parts), "boolop_swap", f"all `{old}` -> `{new}`"
+            )
+
+    def _unaryop(self, node: ast.UnaryOp) -> None:
+        start, end = self.text.span(node)
+        operand_start, _ = self.text.span(node.operand)
+        source = self.text.source
+        symbol = {ast.Not: "not", ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}[type(node.op)]
+        if not source.startswith(symbol, start):
+            raise _BadPosition(f"expected `{symbol}` at the start of a unary operation")
+        # Drop the operator token and the blanks after it, keeping any parentheses of the operand.
+        token_end = start + len(symbol)
+        while token_end < operand_start and source[token_end] in " \t":
+            token_end += 1
+        if isinstance(node.op, ast.Not):
+            self._add(node, start, token_end, "", "remove_not", "drop `not`")
+            return
+        operand = node.operand
+        if isinstance(node.op, ast.USub) and isinstance(operand, ast.Constant) and type(operand.value) is int:
+            literal = self.text.source[operand_start:end]
+            if _int_literal_value(literal) == operand.value:
+                self.skip_const.add(id(operand))
+                value = -operand.value
+                old = self.text.source[start:end]
+                for new_value in (value + 1, value - 1):
+                    new = _format_int(new_value, literal)
+                    self._add(node, start, end, new, "const_off_by_one", f"`{old}` -> `{new}`")
+        self._add(node, start, token_end, "", "unary_remove", f"drop unary `{symbol}`")
+
+    def _constant(self, node: ast.Constant) -> None:
+        value = node.value
+        if isinstance(value, bool):
+            old, new = ("True", "False") if value else ("False", "True")
+            if self.text.text(node) == old:
+                self._replace_node(node, new, "bool_const_flip")
+        elif isinstance(value, int) and id(node) not in self.skip_const:
+            literal = self.text.text(node)
+            if _int_literal_value(literal) != value:
+                return
+            for new_value in (value + 1, value - 1):
+                self._replace_node(node, _format_int(new_value, literal), "const_off_by_one")
+
+    def _call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            self.call_funcs.add(id(func))
+            for new in _CALL_SWAPS.get(func.id, ()):
+                if self.text.text(func) == func.id:
+                    self._replace_node(func, new, "call_swap")
+            if func.id == "range":
+                for arg in node.args:
+                    self._off_by_one(arg, "index_off_by_one")
+        elif isinstance(func, ast.Attribute):
+            _, end = self.text.span(func)
+            start = end - len(func.attr)
+            if self.text.source[start:end] == func.attr:
+                for new in _CALL_SWAPS.get(func.attr, ()):
+                    self._add(func, start, end, new, "call_swap", f"`.{func.attr}` -> `.{new}`")
+        for first, second in zip(node.args, node.args[1:], strict=False):
+            if not isinstance(first, ast.Starred) and not isinstance(second, ast.Starred):
+                self._swap_nodes(node, first, second, "swap_args", wrap=False)
+
+    def _subscript(self, node: ast.Subscript) -> None:
+        index = node.slice
+        if isinstance(index, ast.Slice):
+            for bound in (index.lower, index.upper):
+                if bound is not None:
+                    self._off_by_one(bound, "slice_off_by_one")
+                    self._replace_node(
+                        bound, "", "slice_off_by_one", f"drop slice bound `{_short(self.text.text(bound))}`"
+                    )
+        else:
+            self._off_by_one(index, "index_off_by_one")
+
+    def _name(self, node: ast.Name, scope: ast.AST) -> None:
+        if not isinstance(node.ctx, ast.Load) or id(node) in self.call_funcs:
+            return
+        if node.id in _NEVER_SUBSTITUTED or self.text.text(node) != node.id:
+            return
+        bindings = self._scope_bindings(scope)
+        if node.id in _BUILTIN_NAMES and node.id not in bindings:
+            return
+        line = node.lineno
+        candidates = sorted(
+            (name for name in bindings if name != node.id and name not in _NEVER_SUBSTITUTED),
+            # Prefer names bound before the use, then those bound closest to it.
+            key=lambda name: (bindings[name] > line, abs(bindings[name] - line), bindings[name], name),
+        )
+        for name in candidates[:MAX_SUBSTITUTIONS_PER_NAME]:
+            self._replace_node(node, name, "var_substitute")
+
+    def _negate(self, test: ast.expr) -> None:
+        if not self._relevant(test):
+            return
+        if isinstance(test, ast.Constant) or (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)):
+            return  # `while True` / `not x` are better served by bool_const_flip / remove_not
+        text = self.text.text(test)
+        simple = isinstance(test, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+        self._replace_node(test, f"not {text}" if simple else f"not ({text})", "negate_condition")
+
+    def _delete_statement(self, stmt: ast.stmt) -> None:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            return  # docstrings and `...` do nothing worth deleting
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
+            return
+        start, end = self.text.span(stmt)
+        line_start = self.text.line_starts[stmt.lineno - 1]
+        line_end = self.text.line_end(stmt.end_lineno or stmt.lineno)
+        source = self.text.source
+        # Only statements that own their lines: no `;` neighbours (a trailing comment goes too).
+        if source[line_start:start].strip():
+            return
+        rest = source[end:line_end].strip()
+        if rest and not rest.startswith("#"):
+            return
+        self._add(stmt, line_start, line_end, "", "delete_statement", f"delete `{_short(source[start:end])}`")

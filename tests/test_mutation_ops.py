@@ -1,0 +1,419 @@
+"""Specification tests for the template-based repair operators in `ralph.drafters.mutation_ops`."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Callable
+
+from ralph.drafters.mutation_ops import MAX_MUTANTS_PER_LINE, Mutant, generate_mutants
+
+SAMPLE = '''\
+"""A small module with a bit of everything."""
+import math
+
+LIMIT = 10
+
+
+def score(items, weight=2):  # odd   spacing kept
+    total = 0
+    seen = []
+    for i in range(len(items)):
+        item = items[i]
+        if item < LIMIT and not item in seen:
+            total += item * weight
+            seen.append(item)
+        elif item >= LIMIT or item is None:
+            total -= -1
+    assert total != 0, "empty"
+    best = max(items[1:i], default=0)
+    return math.floor(total / (len(items) - 1)) if best else [x for x in seen if x % 2 == 0]
+'''
+
+
+def sources(mutants: list[Mutant]) -> list[str]:
+    return [m.source for m in mutants]
+
+
+def by_operator(mutants: list[Mutant], operator: str) -> list[Mutant]:
+    return [m for m in mutants if m.operator == operator]
+
+
+def changed_lines(before: str, after: str) -> set[int]:
+    """1-based lines of `before` that differ in `after`."""
+    matcher = difflib.SequenceMatcher(a=before.splitlines(True), b=after.splitlines(True), autojunk=False)
+    changed: set[int] = set()
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag != "equal":
+            changed.update(range(i1 + 1, max(i2, i1 + 1) + 1))
+    return changed
+
+
+def load(source: str, name: str) -> Callable[..., object]:
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<mutant>", "exec"), namespace)
+    function = namespace[name]
+    assert callable(function)
+    return function
+
+
+def fixes(mutants: list[Mutant], name: str, check: Callable[[Callable[..., object]], bool]) -> list[Mutant]:
+    """The mutants whose function `name` passes `check` (mutants that crash do not)."""
+    passing = []
+    for mutant in mutants:
+        try:
+            if check(load(mutant.source, name)):
+                passing.append(mutant)
+        except Exception:
+            continue
+    return passing
+
+
+# --- byte-for-byte preservation ----------------------------------------------------------------
+
+
+def test_comparison_is_flipped_preserving_the_rest_of_the_file_byte_for_byte() -> None:
+    source = "x = 1   # one\n\nif  x<y :   # keep < here\n    pass\nz  =  [ 1,2 ]\n"
+    flips = {m.source for m in by_operator(generate_mutants(source, [3]), "compare_flip")}
+    assert flips == {
+        "x = 1   # one\n\nif  x<=y :   # keep < here\n    pass\nz  =  [ 1,2 ]\n",
+        "x = 1   # one\n\nif  x>y :   # keep < here\n    pass\nz  =  [ 1,2 ]\n",
+    }
+
+
+def test_windows_line_endings_are_kept() -> None:
+    source = "a = 1\r\nif a < 2:\r\n    b = a - 1\r\n    c = 2\r\n"
+    mutants = generate_mutants(source, [2, 3])
+    assert "a = 1\r\nif a <= 2:\r\n    b = a - 1\r\n    c = 2\r\n" in sources(mutants)
+    assert "a = 1\r\nif a < 2:\r\n    c = 2\r\n" in sources(mutants)  # deleted `b = a - 1`
+    assert all(m.source.count("\r\n") >= 3 and "\n" not in m.source.replace("\r\n", "") for m in mutants)
+
+
+def test_operator_token_inside_parentheses_and_comments() -> None:
+    source = "total = (a  # first + x\n         ) + (  # second - y\n    b)\n"
+    mutants = generate_mutants(source, [1])
+    swap = by_operator(mutants, "binop_swap")
+    assert [m.source for m in swap] == ["total = (a  # first + x\n         ) - (  # second - y\n    b)\n"]
+    assert swap[0].line == 2  # the line of the replaced token
+
+
+def test_non_ascii_line_offsets() -> None:
+    source = 'área = π * r  # ü\nlabel = "日本語 😀" if count < 3 else "ß"\n'
+    mutants = generate_mutants(source, [1, 2])
+    assert 'área = π / r  # ü\nlabel = "日本語 😀" if count < 3 else "ß"\n' in sources(mutants)
+    assert 'área = π * r  # ü\nlabel = "日本語 😀" if count <= 3 else "ß"\n' in sources(mutants)
+    assert 'área = π * r  # ü\nlabel = "日本語 😀" if count < 4 else "ß"\n' in sources(mutants)
+    assert 'área = π * r  # ü\nlabel = "日本語 😀" if not (count < 3) else "ß"\n' in sources(mutants)
+    assert 'área = π * label  # ü\nlabel = "日本語 😀" if count < 3 else "ß"\n' in sources(mutants)
+
+
+def test_words_stay_apart_when_a_literal_replaces_a_symbol() -> None:
+    mutants = generate_mutants("y = x if c else-1\n", [1])
+    assert "y = x if c else 0\n" in sources(mutants)
+    assert "y = x if c else-2\n" in sources(mutants)
+
+
+def test_expressions_inside_f_strings_are_mutated_in_place() -> None:
+    mutants = generate_mutants('msg = f"{n - 1} of {total!r:>{width}}"\n', [1])
+    assert 'msg = f"{n + 1} of {total!r:>{width}}"\n' in sources(mutants)
+    assert 'msg = f"{n - 0} of {total!r:>{width}}"\n' in sources(mutants)
+
+
+def test_statements_in_nested_blocks_elifs_and_decorated_functions_are_mutated() -> None:
+    source = (
+        "class C:\n"
+        "    @staticmethod\n"
+        "    @cache(size=8)\n"
+        "    def f(x):\n"
+        "        if x > 1:\n"
+        "            return 1\n"
+        "        elif x == 0:\n"
+        "            return -x\n"
+        "        return 2\n"
+    )
+    mutants = generate_mutants(source, [3, 7, 8])
+    assert source.replace("size=8", "size=9") in sources(mutants)
+    assert source.replace("elif x == 0", "elif x != 0") in sources(mutants)
+    assert source.replace("elif x == 0", "elif not (x == 0)") in sources(mutants)
+    assert source.replace("return -x", "return x") in sources(mutants)
+
+
+# --- scope of the edits ------------------------------------------------------------------------
+
+
+def test_mutants_only_at_requested_lines() -> None:
+    for line in (7, 12, 13, 16, 18, 19):
+        mutants = generate_mutants(SAMPLE, [line])
+        assert mutants, line
+        for mutant in mutants:
+            assert mutant.line == line
+            assert changed_lines(SAMPLE, mutant.source) == {line}, mutant.description
+
+
+def test_every_mutant_parses_and_differs() -> None:
+    lines = list(range(1, SAMPLE.count("\n") + 2))
+    mutants = generate_mutants(SAMPLE, lines)
+    assert len(mutants) > 100
+    assert len(set(sources(mutants))) == len(mutants)
+    for mutant in mutants:
+        assert mutant.source != SAMPLE
+        ast.parse(mutant.source)
+        assert mutant.description.startswith(f"line {mutant.line}: ")
+
+
+def test_ordering_follows_line_rank_then_cost() -> None:
+    mutants = generate_mutants(SAMPLE, [15, 12])
+    lines = [m.line for m in mutants]
+    assert lines == sorted(lines, key=[15, 12].index)
+    for line in (15, 12):
+        group = [m for m in mutants if m.line == line]
+        assert [m.cost for m in group] == sorted(m.cost for m in group)
+    assert mutants[0].cost == 1
+
+
+def test_cost_ranks_simple_operators_first() -> None:
+    mutants = generate_mutants(SAMPLE, [12])
+    cost = {m.operator: m.cost for m in mutants}
+    assert cost["compare_flip"] == cost["boolop_swap"] == cost["remove_not"] == 1
+    assert cost["negate_condition"] == 2
+    assert cost["var_substitute"] == cost["swap_operands"] == 3
+
+
+def test_mutants_per_line_are_capped() -> None:
+    source = "x = " + " + ".join(f"v{i} * {i}" for i in range(200)) + "\n"
+    mutants = generate_mutants(source, [1])
+    assert len(mutants) == MAX_MUTANTS_PER_LINE
+
+
+def test_syntax_error_yields_nothing() -> None:
+    assert generate_mutants("def f(:\n    return 1\n", [1, 2]) == []
+    assert generate_mutants("x = 1\n", []) == []
+    assert generate_mutants("x = 1\n", [99]) == []
+
+
+def test_annotations_are_left_alone() -> None:
+    source = "def f(x: list[int] = 3) -> dict[str, int]:\n    return x\n"
+    mutants = generate_mutants(source, [1])
+    assert {m.source.splitlines()[0] for m in mutants} == {
+        "def f(x: list[int] = 4) -> dict[str, int]:",
+        "def f(x: list[int] = 2) -> dict[str, int]:",
+    }
+
+
+# --- individual operators ----------------------------------------------------------------------
+
+
+def test_arithmetic_and_bitwise_operators_swap_within_families() -> None:
+    cases = {
+        "a + b": {"a - b"},
+        "a * b": {"a / b", "a // b"},
+        "a // b": {"a / b", "a * b"},
+        "a % b": {"a // b"},
+        "a ** b": {"a * b"},
+        "a & b": {"a | b"},
+        "a << b": {"a >> b"},
+    }
+    for expression, expected in cases.items():
+        mutants = by_operator(generate_mutants(f"r = {expression}\n", [1]), "binop_swap")
+        assert {m.source for m in mutants} == {f"r = {e}\n" for e in expected}
+
+
+def test_augmented_assignment_operator_swaps() -> None:
+    mutants = by_operator(
+        generate_mutants("def f(t, x):\n    t += x\n    t *= x\n", [2, 3]), "augassign_swap"
+    )
+    assert [m.description for m in mutants] == [
+        "line 2: `+=` -> `-=`",
+        "line 3: `*=` -> `/=`",
+        "line 3: `*=` -> `//=`",
+    ]
+
+
+def test_each_operator_of_a_chained_comparison_flips() -> None:
+    flips = sources(by_operator(generate_mutants("ok = 0 <= i < n\n", [1]), "compare_flip"))
+    assert flips == ["ok = 0 < i < n\n", "ok = 0 >= i < n\n", "ok = 0 <= i <= n\n", "ok = 0 <= i > n\n"]
+
+
+def test_identity_and_membership_comparisons_flip() -> None:
+    source = "a = x is None\nb = x is not None\nc = k in d\nd2 = k not in d\n"
+    flips = [
+        m.source.splitlines()[m.line - 1]
+        for m in by_operator(generate_mutants(source, [1, 2, 3, 4]), "compare_flip")
+    ]
+    assert flips == ["a = x is not None", "b = x is None", "c = k not in d", "d2 = k in d"]
+
+
+def test_boolean_operators_and_constants_flip() -> None:
+    mutants = generate_mutants("ok = a and b and flag is True\n", [1])
+    assert "ok = a or b and flag is True\n" in sources(mutants)
+    assert "ok = a and b or flag is True\n" in sources(mutants)
+    assert "ok = a or b or flag is True\n" in sources(mutants)
+    assert "ok = a and b and flag is False\n" in sources(mutants)
+
+
+def test_conditions_are_negated_and_nots_removed() -> None:
+    source = "while ready:\n    assert a == b\n    y = [v for v in vs if v > 0]\n    z = not (p or q)\n"
+    mutants = generate_mutants(source, [1, 2, 3, 4])
+    lines = {
+        m.source.splitlines()[m.line - 1] for m in mutants if m.operator in ("negate_condition", "remove_not")
+    }
+    assert lines == {
+        "while not ready:",
+        "    assert not (a == b)",
+        "    y = [v for v in vs if not (v > 0)]",
+        "    z = (p or q)",
+    }
+
+
+def test_integer_literals_move_by_one() -> None:
+    mutants = by_operator(generate_mutants("a = xs[0] + ys[-1] + 0x0f\n", [1]), "const_off_by_one")
+    assert sources(mutants) == [
+        "a = xs[1] + ys[-1] + 0x0f\n",
+        "a = xs[-1] + ys[-1] + 0x0f\n",
+        "a = xs[0] + ys[0] + 0x0f\n",
+        "a = xs[0] + ys[-2] + 0x0f\n",
+        "a = xs[0] + ys[-1] + 0x10\n",
+        "a = xs[0] + ys[-1] + 0xe\n",
+    ]
+
+
+def test_off_by_one_in_range_bound() -> None:
+    mutants = generate_mutants("for i in range(start, len(xs)):\n    pass\n", [1])
+    lines = {m.source.splitlines()[0] for m in by_operator(mutants, "index_off_by_one")}
+    assert lines == {
+        "for i in range(start + 1, len(xs)):",
+        "for i in range(start - 1, len(xs)):",
+        "for i in range(start, len(xs) + 1):",
+        "for i in range(start, len(xs) - 1):",
+    }
+
+
+def test_slice_bounds_move_by_one_or_disappear() -> None:
+    mutants = by_operator(generate_mutants("tail = xs[k:n << 1]\n", [1]), "slice_off_by_one")
+    assert set(sources(mutants)) == {
+        "tail = xs[k + 1:n << 1]\n",
+        "tail = xs[k - 1:n << 1]\n",
+        "tail = xs[:n << 1]\n",
+        "tail = xs[k:(n << 1) + 1]\n",
+        "tail = xs[k:(n << 1) - 1]\n",
+        "tail = xs[k:]\n",
+    }
+
+
+def test_index_moves_by_one() -> None:
+    mutants = by_operator(generate_mutants("v = xs[i]\n", [1]), "index_off_by_one")
+    assert sources(mutants) == ["v = xs[i + 1]\n", "v = xs[i - 1]\n"]
+
+
+def test_positional_arguments_and_operands_swap() -> None:
+    mutants = generate_mutants("r = f(a, (b), c) - g(x)\nq = n < m\n", [1, 2])
+    assert sources(by_operator(mutants, "swap_args")) == [
+        "r = f(b, (a), c) - g(x)\nq = n < m\n",  # parentheses stay where they were
+        "r = f(a, (c), b) - g(x)\nq = n < m\n",
+    ]
+    assert "r = g(x) - f(a, (b), c)\nq = n < m\n" in sources(by_operator(mutants, "swap_operands"))
+    assert "r = f(a, (b), c) - g(x)\nq = m < n\n" in sources(by_operator(mutants, "swap_operands"))
+
+
+def test_swapped_operands_keep_their_precedence() -> None:
+    mutants = by_operator(generate_mutants("r = a ** (b - c)\n", [1]), "swap_operands")
+    assert sources(mutants)[0] == "r = (b - c) ** (a)\n"
+    assert eval(sources(mutants)[0][4:], {"a": 2, "b": 5, "c": 3}) == 4
+
+
+def test_commonly_confused_calls_swap() -> None:
+    source = "m = min(xs)\nu = s.upper()\nf = math.floor(x)\nok = name.startswith('_')\n"
+    mutants = by_operator(generate_mutants(source, [1, 2, 3, 4]), "call_swap")
+    assert [m.source.splitlines()[m.line - 1] for m in mutants] == [
+        "m = max(xs)",
+        "u = s.lower()",
+        "f = math.ceil(x)",
+        "ok = name.endswith('_')",
+    ]
+
+
+def test_unary_minus_is_removed() -> None:
+    mutants = by_operator(generate_mutants("y = -x + -(a)\n", [1]), "unary_remove")
+    assert sources(mutants) == ["y = x + -(a)\n", "y = -x + (a)\n"]
+
+
+def test_simple_statements_are_deleted_only_from_blocks_with_company() -> None:
+    source = "def f(x):\n    x += 1  # bump\n    return x\n\n\ndef g(x):\n    x += 1\n"
+    deletions = by_operator(generate_mutants(source, [2, 7]), "delete_statement")
+    assert sources(deletions) == ["def f(x):\n    return x\n\n\ndef g(x):\n    x += 1\n"]
+
+
+def test_var_substitution_uses_same_scope_names() -> None:
+    source = (
+        "GLOBAL = 1\n"
+        "\n"
+        "def other(unrelated):\n"
+        "    hidden = unrelated\n"
+        "    return hidden\n"
+        "\n"
+        "def f(a, b):\n"
+        "    c = a + 1\n"
+        "    d = [k for k in range(3)]\n"
+        "    return c * b\n"
+    )
+    mutants = by_operator(generate_mutants(source, [10]), "var_substitute")
+    replaced = [m.description for m in mutants]
+    assert replaced == [
+        "line 10: `c` -> `d`",  # bound nearest to the use first
+        "line 10: `c` -> `a`",
+        "line 10: `c` -> `b`",
+        "line 10: `b` -> `d`",
+        "line 10: `b` -> `c`",
+        "line 10: `b` -> `a`",
+    ]
+    module_level = by_operator(generate_mutants(source, [4]), "var_substitute")
+    assert [m.description for m in module_level] == ["line 4: `unrelated` -> `hidden`"]
+
+
+def test_var_substitution_is_bounded_per_name() -> None:
+    source = "def f(" + ", ".join(f"p{i}" for i in range(20)) + "):\n    return p0\n"
+    assert len(by_operator(generate_mutants(source, [2]), "var_substitute")) == 6
+
+
+# --- it can actually repair --------------------------------------------------------------------
+
+
+def test_repairs_a_wrong_denominator() -> None:
+    source = "def mean(xs):\n    return sum(xs) / (len(xs) - 1)\n"
+    repaired = fixes(
+        generate_mutants(source, [2]), "mean", lambda mean: mean([1, 2, 3]) == 2 and mean([4]) == 4
+    )
+    assert [m.source for m in repaired] == ["def mean(xs):\n    return sum(xs) / (len(xs) - 0)\n"]
+
+
+def test_repairs_a_boundary_comparison() -> None:
+    source = "def is_non_positive(n):\n    if n < 0:\n        return True\n    return False\n"
+    repaired = fixes(
+        generate_mutants(source, [2, 3, 4]),
+        "is_non_positive",
+        lambda f: (f(-1), f(0), f(1)) == (True, True, False),
+    )
+    assert "def is_non_positive(n):\n    if n <= 0:\n        return True\n    return False\n" in sources(
+        repaired
+    )
+    assert repaired[0].operator == "compare_flip"
+
+
+def test_repairs_an_exclusive_range() -> None:
+    source = "def triangle(n):\n    s = 0\n    for i in range(n):\n        s += i\n    return s\n"
+    repaired = fixes(generate_mutants(source, [4, 3]), "triangle", lambda f: (f(1), f(3), f(4)) == (1, 6, 10))
+    assert "    for i in range(n + 1):\n" in repaired[0].source
+
+
+def test_repairs_a_confused_builtin_and_a_wrong_variable() -> None:
+    source = "def largest_gap(xs, ys):\n    top = min(xs)\n    return top - ys[0]\n"
+    mutants = generate_mutants(source, [2, 3])
+    repaired = fixes(mutants, "largest_gap", lambda f: f([1, 5], [2]) == 3 and f([7, 2], [7]) == 0)
+    assert "    top = max(xs)\n" in repaired[0].source
+    wrong_var = "def pick(xs, i, j):\n    return xs[i]\n"
+    repaired = fixes(
+        generate_mutants(wrong_var, [2]),
+        "pick",
+        lambda f: (f("abc", 0, 2), f("abc", 2, 0), f("abc", 1, 1)) == ("c", "a", "b"),
+    )
+    assert sources(repaired) == ["def pick(xs, i, j):\n    return xs[j]\n"]
