@@ -62,8 +62,8 @@ def fix(
     if notice:
         view.notice(notice)
     router = create_router(config.router, drafter.name, config.candidates)
+    exclude_ralph_dir(snap.toplevel)
     if trace_path is None:
-        exclude_ralph_dir(snap.toplevel)
         trace_path = snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
     project_dir = snap.toplevel / snap.subdir
     tmp = Path(tempfile.mkdtemp(prefix="ralph-"))
@@ -90,6 +90,7 @@ def fix(
             targets=targets,
             types=types,
             cache_dir=tmp / "cache",
+            coverage_cache=snap.toplevel / ".ralph" / "cache",
             protected=protected,
         )
         start_record = {

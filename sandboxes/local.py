@@ -87,11 +87,11 @@ class LocalSandbox:
                 _kill_group(proc)
             returncode = -9 if timed_out else proc.returncode
             return ProcessResult(
-                returncode, _read_capped(out, self.max_output), time.monotonic() - start, timed_out
+                returncode, read_capped(out, self.max_output), time.monotonic() - start, timed_out
             )
 
 
-def _read_capped(out: IO[bytes], limit: int) -> str:
+def read_capped(out: IO[bytes], limit: int) -> str:
     """The file's text, or its head and tail with a marker when it is over `limit` bytes."""
     size = out.seek(0, os.SEEK_END)
     out.seek(0)

@@ -7,6 +7,9 @@ suite and every check as a regression gate, so a test-selection miss can never b
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,10 +65,12 @@ class Verifier:
         targets: frozenset[str] | None,
         types: bool,
         cache_dir: Path,
+        coverage_cache: Path | None = None,
         protected: tuple[str, ...] = PROTECTED_TESTS,
         warm: bool = True,
     ) -> None:
         self.toolchain = toolchain
+        self.cache_dir = coverage_cache
         self.targets = targets
         self.protected = protected
         self.syntax = SyntaxValidator(toolchain)
@@ -83,8 +88,13 @@ class Verifier:
 
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""
-        stages: list[StageResult] = [self.tests.baseline(timeout_s)]
-        self.coverage = self.tests.last_coverage
+        cache = self.cache_dir / f"coverage-{self._content_key()}.json" if self.cache_dir else None
+        cached = _load_json(cache) if cache else None
+        stages: list[StageResult] = [self.tests.baseline(timeout_s, coverage=cached is None)]
+        self.coverage = cached if cached is not None else self.tests.last_coverage
+        if cache and cached is None and self.coverage:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(self.coverage))
         self.suite_s = stages[0].duration_ms / 1000
         stages.append(self.ruff.check(Scope(timeout_s=timeout_s)))
         if self.mypy:
@@ -96,6 +106,19 @@ class Verifier:
             obs = obs.overlay(stage)
         self.baseline_obs = obs
         return obs, stages
+
+    def _content_key(self) -> str:
+        """What the coverage map depends on: every Python file and test config of the project, and
+        the interpreter; unrelated changes (environment variables, other files) keep the cache."""
+        digest = hashlib.sha256(f"{self.toolchain.python}\0{sys.version}\0".encode())
+        project = self.toolchain.project
+        for file in sorted(project.rglob("*")):
+            rel = file.relative_to(project)
+            if any(p.startswith(".") or p == "__pycache__" for p in rel.parts) or not file.is_file():
+                continue
+            if file.suffix in (".py", ".pyi") or file.name in _CONFIG_FILES:
+                digest.update(rel.as_posix().encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
+        return digest.hexdigest()[:24]
 
     def close(self) -> None:
         """Stop the warm runner (and anything it still runs)."""
@@ -273,6 +296,17 @@ class _Stages:
             self.merged = self.merged.overlay(result)
             broken = broken or self.check_regressions(result)
         return broken
+
+
+_CONFIG_FILES = frozenset({"pyproject.toml", "setup.cfg", "pytest.ini", "tox.ini", "conftest.py"})
+
+
+def _load_json(path: Path) -> CoverageMap | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def remap_coverage(coverage: CoverageMap, changes: tuple[FileChange, ...]) -> CoverageMap:

@@ -83,9 +83,9 @@ class PytestValidator:
         summary = detail or f"{sum(not t.failing for t in tests)} ok, {sum(t.failing for t in tests)} failing"
         return StageResult(self.name, ok=ok, duration_ms=elapsed, detail=summary, tests=tests)
 
-    def baseline(self, timeout_s: float) -> StageResult:
-        """The whole suite with per-test coverage; a suite that cannot run at all is bad input."""
-        result = self.check(Scope(timeout_s=timeout_s), coverage=True)
+    def baseline(self, timeout_s: float, coverage: bool = True) -> StageResult:
+        """The whole suite (with per-test coverage unless cached); a suite that cannot run is bad input."""
+        result = self.check(Scope(timeout_s=timeout_s), coverage=coverage)
         if result.detail == "no tests collected":
             raise RalphError(f"no tests found in {self.toolchain.project.name} (pytest collected nothing)")
         if result.detail.startswith(("pytest could not run", "pytest stopped early", "timed out")):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sandboxes.local import ProcessResult, child_env
+from sandboxes.local import ProcessResult, child_env, read_capped
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
 WORKER = PLUGIN_DIR / "ralph_worker.py"
@@ -91,9 +91,10 @@ class WarmRunner:
                     -9, "the warm test runner died", time.monotonic() - start, timed_out=False
                 )
             reply = json.loads(line)
-            text = output.read_text(errors="replace") if output.exists() else ""
-        if len(text) > 1 << 20:
-            text = text[: 1 << 19] + "\n[... output dropped ...]\n" + text[-(1 << 19) :]
+            text = ""
+            if output.exists():
+                with output.open("rb") as f:
+                    text = read_capped(f, 1 << 20)  # a test printing gigabytes costs a megabyte
         return ProcessResult(reply["returncode"], text, reply["seconds"], reply["timed_out"])
 
     @staticmethod
