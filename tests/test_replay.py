@@ -15,7 +15,10 @@ def context(project) -> DraftContext:
 def test_each_record_format_becomes_a_candidate_in_order(tmp_path):
     (tmp_path / "m.py").write_text("def f(x):\n    return x - 1\n")
     records = [
-        {"description": "sr", "edits": [{"path": "m.py", "search": "    return x - 1\n", "replace": "    return x + 1\n"}]},
+        {
+            "description": "sr",
+            "edits": [{"path": "m.py", "search": "    return x - 1\n", "replace": "    return x + 1\n"}],
+        },
         {
             "search_replace": "m.py\n<<<<<<< SEARCH\n    return x - 1\n=======\n    return x + 2\n>>>>>>> REPLACE\n"
         },
