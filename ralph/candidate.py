@@ -9,7 +9,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # Drafters may not edit tests (unless the user allows it): a "fix" that rewrites the test is no fix.
-PROTECTED_TESTS = ("test_*.py", "*_test.py", "tests/*", "*/tests/*", "conftest.py", "*/conftest.py")
+PROTECTED_TESTS = (
+    "test_*.py",
+    "*/test_*.py",
+    "*_test.py",
+    "tests/*",
+    "*/tests/*",
+    "test/*",
+    "*/test/*",
+    "conftest.py",
+    "*/conftest.py",
+)
 
 
 def is_protected(path: str, patterns: Iterable[str]) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ralph.candidate import PROTECTED_TESTS, FileChange
+from ralph.candidate import PROTECTED_TESTS, FileChange, is_protected
 from validators.pipeline import remap_coverage
 from validators.selection import COLLECTION, ImportGraph, imports_of, select_tests
 
@@ -37,20 +37,22 @@ COVERAGE = {
 }
 
 
+def is_test(path: str) -> bool:
+    return is_protected(path, PROTECTED_TESTS)
+
+
 def edit(path: str, old: str, new: str) -> FileChange:
     return FileChange(path, SOURCES[path], SOURCES[path].replace(old, new))
 
 
 def test_a_change_inside_a_function_selects_the_tests_that_ran_it():
-    selection = select_tests(
-        [edit("pkg/core.py", "w * h", "w + h")], COVERAGE, ImportGraph(SOURCES), PROTECTED_TESTS
-    )
+    selection = select_tests([edit("pkg/core.py", "w * h", "w + h")], COVERAGE, ImportGraph(SOURCES), is_test)
     assert selection.tests == ["tests/test_core.py::test_area"]
 
 
 def test_module_level_code_falls_back_to_every_test_module_importing_it():
     selection = select_tests(
-        [edit("pkg/core.py", "SCALE = 2", "SCALE = 3")], COVERAGE, ImportGraph(SOURCES), PROTECTED_TESTS
+        [edit("pkg/core.py", "SCALE = 2", "SCALE = 3")], COVERAGE, ImportGraph(SOURCES), is_test
     )
     # test_util imports `pkg`, whose __init__ imports pkg.core: it is affected too.
     assert sorted(selection.tests) == ["tests/test_core.py", "tests/test_util.py"]
@@ -58,7 +60,7 @@ def test_module_level_code_falls_back_to_every_test_module_importing_it():
 
 def test_uncovered_functions_fall_back_to_the_import_graph():
     selection = select_tests(
-        [edit("pkg/core.py", "return 0", "return 1")], COVERAGE, ImportGraph(SOURCES), PROTECTED_TESTS
+        [edit("pkg/core.py", "return 0", "return 1")], COVERAGE, ImportGraph(SOURCES), is_test
     )
     assert "tests/test_other.py" not in selection.tests
     assert "tests/test_core.py" in selection.tests
@@ -66,11 +68,8 @@ def test_uncovered_functions_fall_back_to_the_import_graph():
 
 def test_new_files_and_non_python_files():
     graph = ImportGraph(SOURCES)
-    assert (
-        select_tests([FileChange("pkg/new.py", None, "X = 1\n")], COVERAGE, graph, PROTECTED_TESTS).tests
-        == []
-    )
-    assert select_tests([FileChange("data.json", "{}", "[]")], COVERAGE, graph, PROTECTED_TESTS).everything
+    assert select_tests([FileChange("pkg/new.py", None, "X = 1\n")], COVERAGE, graph, is_test).tests == []
+    assert select_tests([FileChange("data.json", "{}", "[]")], COVERAGE, graph, is_test).everything
 
 
 def test_relative_imports_resolve_to_the_package():
@@ -82,4 +81,4 @@ def test_relative_imports_resolve_to_the_package():
 def test_conftest_importing_the_module_selects_its_directory():
     sources = {**SOURCES, "tests/conftest.py": "import pkg.util\n"}
     change = FileChange("pkg/util.py", SOURCES["pkg/util.py"], "X = 1\n" + SOURCES["pkg/util.py"])
-    assert "tests" in select_tests([change], COVERAGE, ImportGraph(sources), PROTECTED_TESTS).tests
+    assert "tests" in select_tests([change], COVERAGE, ImportGraph(sources), is_test).tests

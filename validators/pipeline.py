@@ -81,7 +81,7 @@ class Verifier:
         self.gate = PytestValidator(toolchain, name="gate", warm=self.warm)
         self.checks = CommandValidator(toolchain, checks)
         self.coverage: CoverageMap = {}
-        self.test_patterns = PROTECTED_TESTS
+        self.test_files: set[str] = set()  # files the baseline collected tests from
         self._import_graph: ImportGraph | None = None
         self.suite_s = 60.0
         self.baseline_obs = Observation()
@@ -96,6 +96,7 @@ class Verifier:
             cache.parent.mkdir(parents=True, exist_ok=True)
             cache.write_text(json.dumps(self.coverage))
         self.suite_s = stages[0].duration_ms / 1000
+        self.test_files = {t.nodeid.split("::")[0] for t in stages[0].tests}
         stages.append(self.ruff.check(Scope(timeout_s=timeout_s)))
         if self.mypy:
             stages.append(self.mypy.check(Scope(timeout_s=timeout_s)))
@@ -106,6 +107,10 @@ class Verifier:
             obs = obs.overlay(stage)
         self.baseline_obs = obs
         return obs, stages
+
+    def is_test_file(self, path: str) -> bool:
+        """A file pytest collected tests from at the baseline, or one named like a test file."""
+        return path in self.test_files or is_protected(path, PROTECTED_TESTS)
 
     def _content_key(self) -> str:
         """What the coverage map depends on: every Python file and test config of the project, and
@@ -199,7 +204,7 @@ class Verifier:
 
     def selection(self, candidate: Candidate, current: Observation) -> Selection:
         graph = self._graph()
-        selection = select_tests(candidate.changes, self.coverage, graph, self.test_patterns)
+        selection = select_tests(candidate.changes, self.coverage, graph, self.is_test_file)
         if selection.everything:
             selection.tests = []
         return selection

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import ast
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from ralph.candidate import FileChange, is_protected
+from ralph.candidate import FileChange
 
 CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
 COLLECTION = "<collection>"  # pseudo-test: lines executed while pytest imported the test modules
@@ -117,7 +117,7 @@ def select_tests(
     changes: Sequence[FileChange],
     coverage: Mapping[str, Mapping[str, Iterable[int]]],
     graph: ImportGraph,
-    test_patterns: Sequence[str],
+    is_test_file: Callable[[str], bool],
 ) -> Selection:
     """The tests that executed a changed function, plus, for changes coverage cannot vouch for, every
     test module (or conftest directory) that imports the changed module transitively."""
@@ -130,7 +130,7 @@ def select_tests(
             selection.everything = True
             selection.reasons.append(f"{path}: not Python, anything may read it")
             continue
-        if is_protected(path, test_patterns) or change.before is None:
+        if is_test_file(path) or change.before is None:
             fallback.add(path)
             selection.reasons.append(f"{path}: {'new file' if change.before is None else 'test code'}")
             continue
@@ -158,7 +158,7 @@ def select_tests(
             if PurePosixPath(dependent).name == "conftest.py":
                 directory = str(PurePosixPath(dependent).parent)
                 chosen[directory if directory != "." else "."] = None
-            elif is_protected(dependent, test_patterns):
+            elif is_test_file(dependent):
                 chosen[dependent] = None
     selection.tests = list(chosen)
     return selection

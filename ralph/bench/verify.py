@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralph.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected
+from ralph.candidate import Candidate, FileChange
 from ralph.drafters.mutation_ops import generate_mutants
 from ralph.errors import RalphError
 from sandboxes.local import LocalSandbox
@@ -111,14 +111,14 @@ def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]
     return (time.perf_counter() - start) * 1000, proc.returncode
 
 
-def candidate_mutants(project: Path, seed: int) -> list[tuple[str, str, str]]:
+def candidate_mutants(
+    project: Path, seed: int, is_test_file: Callable[[str], bool]
+) -> list[tuple[str, str, str]]:
     """(path, description, mutated source) for every source file, in a seeded deterministic order."""
     found = []
     for file in sorted(project.rglob("*.py")):
         rel = file.relative_to(project).as_posix()
-        if is_protected(rel, PROTECTED_TESTS) or any(
-            p in _SKIP_DIRS or p == "setup.py" for p in rel.split("/")
-        ):
+        if is_test_file(rel) or any(p in _SKIP_DIRS for p in rel.split("/")):
             continue
         if rel in ("setup.py", "conftest.py") or rel.startswith(("docs/", "doc/", "benchmarks/")):
             continue
@@ -171,7 +171,7 @@ def bench_verify(
                     env=user_env,
                     capture_output=True,
                 )
-            for path, description, mutated in candidate_mutants(project, seed):
+            for path, description, mutated in candidate_mutants(project, seed, verifier.is_test_file):
                 if len(bench.results) >= mutants:
                     break
                 before = workspace.read(path)
