@@ -82,3 +82,12 @@ def test_conftest_importing_the_module_selects_its_directory():
     sources = {**SOURCES, "tests/conftest.py": "import pkg.util\n"}
     change = FileChange("pkg/util.py", SOURCES["pkg/util.py"], "X = 1\n" + SOURCES["pkg/util.py"])
     assert "tests" in select_tests([change], COVERAGE, ImportGraph(sources), is_test).tests
+
+
+def test_tests_that_run_the_package_in_a_subprocess_are_selected():
+    sources = {
+        **SOURCES,
+        "tests/test_cli.py": "import subprocess, sys\n\n\ndef test_cli():\n    subprocess.run([sys.executable, '-m', 'pkg'])\n",
+    }
+    selection = select_tests([edit("pkg/core.py", "w * h", "w + h")], COVERAGE, ImportGraph(sources), is_test)
+    assert selection.tests == ["tests/test_core.py::test_area", "tests/test_cli.py"]

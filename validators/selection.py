@@ -12,7 +12,15 @@ from pathlib import PurePosixPath
 from ralph.candidate import FileChange
 
 CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
-COLLECTION = "<collection>"  # pseudo-test: lines executed while pytest imported the test modules
+COLLECTION = "<collection>"
+_SPAWN_TOKENS = (
+    "subprocess",
+    "sys.executable",
+    "os.system",
+    "multiprocessing",
+    "Popen",
+    "pexpect",
+)  # pseudo-test: lines executed while pytest imported the test modules
 
 
 @dataclass
@@ -69,12 +77,20 @@ class ImportGraph:
     """Reverse imports between the project's own modules."""
 
     def __init__(self, sources: Mapping[str, str]) -> None:
+        # Code run in a child process (a CLI test through subprocess, multiprocessing) is invisible
+        # to in-process coverage and imports: such files are selected by the names they mention.
+        self.spawners = {p: src for p, src in sources.items() if any(t in src for t in _SPAWN_TOKENS)}
         self.module_of = {path: m for path in sources if (m := module_name(path))}
         self.path_of = {m: path for path, m in self.module_of.items()}
         self.importers: dict[str, set[str]] = {}
         for path, source in sources.items():
             for target in imports_of(path, source) & self.path_of.keys():
                 self.importers.setdefault(self.path_of[target], set()).add(path)
+
+    def spawning_mentions(self, path: str) -> set[str]:
+        """Files that start Python processes and mention the top-level package `path` belongs to."""
+        top = (module_name(path) or "").split(".")[0]
+        return {p for p, src in self.spawners.items() if top and top in src}
 
     def dependents(self, path: str) -> set[str]:
         """Files that import `path`, directly or transitively (`path` included)."""
@@ -123,6 +139,7 @@ def select_tests(
     test module (or conftest directory) that imports the changed module transitively."""
     selection = Selection()
     chosen: dict[str, None] = {}
+    late: dict[str, None] = {}
     fallback: set[str] = set()
     for change in changes:
         path = change.path
@@ -134,6 +151,12 @@ def select_tests(
             fallback.add(path)
             selection.reasons.append(f"{path}: {'new file' if change.before is None else 'test code'}")
             continue
+        spawners = sorted(p for p in graph.spawning_mentions(path) if is_test_file(p))
+        if spawners:
+            late.update(dict.fromkeys(spawners))  # slow (they start processes): run them last
+            selection.reasons.append(
+                f"{path}: {len(spawners)} test files run Python processes that may import it"
+            )
         spans = _function_spans(change.before)
         for line in sorted(changed_lines(change)):
             span = next((s for s in sorted(spans, key=lambda s: s[1] - s[0]) if s[0] <= line <= s[1]), None)
@@ -160,5 +183,5 @@ def select_tests(
                 chosen[directory if directory != "." else "."] = None
             elif is_test_file(dependent):
                 chosen[dependent] = None
-    selection.tests = list(chosen)
+    selection.tests = list({**chosen, **late})
     return selection
