@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -103,25 +104,39 @@ class ImportGraph:
         return seen
 
 
-def _function_spans(source: str) -> list[tuple[int, int]]:
-    """(first body line, last line) of every function; lines outside them run at import time."""
+@functools.lru_cache(maxsize=64)
+def _function_spans(source: str) -> tuple[tuple[int, int], ...]:
+    """(first body line, last line) of every function, innermost (shortest) first; lines outside
+    them run at import time. Cached: every candidate of one state parses the same sources."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return []
-    return [
+        return ()
+    spans = [
         (node.body[0].lineno, node.end_lineno or node.body[-1].lineno)
         for node in ast.walk(tree)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     ]
+    return tuple(sorted(spans, key=lambda s: s[1] - s[0]))
 
 
 def changed_lines(change: FileChange) -> set[int]:
     """Lines of `before` (1-based) that the change replaces or deletes, or inserts next to."""
     before = (change.before or "").splitlines()
     after = (change.after or "").splitlines()
+    # Trim the common head and tail first: a drafter's edit is small, files can be long.
+    head = 0
+    while head < min(len(before), len(after)) and before[head] == after[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(before), len(after)) - head and before[-1 - tail] == after[-1 - tail]:
+        tail += 1
+    middle = difflib.SequenceMatcher(
+        None, before[head : len(before) - tail], after[head : len(after) - tail], autojunk=False
+    )
     lines: set[int] = set()
-    for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+    for tag, i1, i2, _j1, _j2 in middle.get_opcodes():
+        i1, i2 = i1 + head, i2 + head
         if tag == "insert":  # between lines i1 and i1 + 1 (1-based): both neighbours count
             lines.update(n for n in (i1, i1 + 1) if n >= 1)
         elif tag != "equal":
@@ -158,18 +173,17 @@ def select_tests(
                 f"{path}: {len(spawners)} test files run Python processes that may import it"
             )
         spans = _function_spans(change.before)
+        executed = {t: set(files[path]) for t, files in coverage.items() if path in files}
         for line in sorted(changed_lines(change)):
-            span = next((s for s in sorted(spans, key=lambda s: s[1] - s[0]) if s[0] <= line <= s[1]), None)
+            span = next((s for s in spans if s[0] <= line <= s[1]), None)
             if span is None:
                 fallback.add(path)
                 selection.reasons.append(f"{path}:{line}: module-level code")
                 continue
             body = set(range(span[0], span[1] + 1))
-            at_import = body & set(coverage.get(COLLECTION, {}).get(path, ()))
-            runners = [
-                t for t, files in coverage.items() if t != COLLECTION and body & set(files.get(path, ()))
-            ]
-            chosen.update(dict.fromkeys(sorted(runners)))
+            at_import = body & executed.get(COLLECTION, set())
+            runners = sorted(t for t, lines in executed.items() if t != COLLECTION and body & lines)
+            chosen.update(dict.fromkeys(runners))
             if at_import or not runners:
                 fallback.add(path)
                 why = "runs at import time" if at_import else "no test executed it"
