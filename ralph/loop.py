@@ -68,6 +68,7 @@ class Loop:
         result = RunResult("stalled", remaining=self.verifier.score(state).remaining)
         result.remaining_at_start = result.remaining
         rejected: set[str] = set()
+        attempts: list[tuple[str, str]] = []
         try:
             while result.remaining > 0:
                 if stop := self._out_of_budget(result, time.monotonic() - start):
@@ -78,7 +79,7 @@ class Loop:
                     result.outcome = "stalled"
                     break
                 t0 = time.perf_counter()
-                context = self._context(state, result.accepted, rejected)
+                context = self._context(state, result.accepted, rejected, attempts)
                 candidates = self.drafters[decision.drafter].draft(context, decision.n)
                 draft_ms = (time.perf_counter() - t0) * 1000
                 before, verdicts = result.remaining, []
@@ -92,6 +93,10 @@ class Loop:
                     result.cost_usd += candidate.cost_usd or 0.0
                     if not report.accepted:
                         rejected.add(candidate.fingerprint)
+                        attempts[:] = [
+                            *attempts[-9:],
+                            (candidate.diff or candidate.description, report.reason),
+                        ]
                         continue
                     assert report.observation is not None and report.score is not None
                     message = _commit_message(candidate, self.verifier.score(state), report.score)
@@ -139,7 +144,9 @@ class Loop:
             return "max_cost"
         return None
 
-    def _context(self, state: Observation, state_id: int, rejected: set[str]) -> DraftContext:
+    def _context(
+        self, state: Observation, state_id: int, rejected: set[str], attempts: list[tuple[str, str]]
+    ) -> DraftContext:
         failing = tuple(state.tests[t] for t in state.failing_tests())
         suspicious = suspicious_lines(failing, self.verifier.coverage, state.passing_tests(), self.protected)
         return DraftContext(
@@ -151,6 +158,7 @@ class Loop:
             failing_checks=tuple(c for c, r in state.checks.items() if not r.passed),
             suspicious=tuple(suspicious),
             rejected=frozenset(rejected),
+            attempts=tuple(attempts),
             protected=self.protected,
         )
 

@@ -24,6 +24,7 @@ class DraftContext:
     failing_checks: tuple[str, ...]
     suspicious: tuple[tuple[str, int], ...]  # (path, line), most suspicious first
     rejected: frozenset[str] = frozenset()  # fingerprints of candidates rejected this run
+    attempts: tuple[tuple[str, str], ...] = ()  # (diff, why rejected) of the latest rejections
     protected: tuple[str, ...] = ()  # glob patterns of paths drafters must not edit
     notes: tuple[str, ...] = field(default_factory=tuple)
 
