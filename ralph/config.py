@@ -24,7 +24,7 @@ class RunConfig(BaseModel):
     """Extra check commands run in the project directory; exit status 0 means pass."""
     drafter: str = "auto"
     """Drafter name: auto, mutation, replay:FILE, or module:Class."""
-    router: str = "fast"
+    router: str = "stall"
     """Routing policy name."""
     candidates: int = Field(default=4, ge=1, le=64)
     """Candidates asked of the drafter per iteration."""

@@ -61,7 +61,7 @@ def fix(
     drafter, notice = create_drafter(config.drafter)
     if notice:
         view.notice(notice)
-    router = create_router(config.router, drafter.name, config.candidates)
+    router = create_router(config.router, fast=drafter.name, n=config.candidates)
     exclude_ralph_dir(snap.toplevel)
     if trace_path is None:
         trace_path = snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"

@@ -1,5 +1,5 @@
 """Routing policies: pure functions of the run's history that pick the next drafter."""
 
-from router.policies import FixedPolicy, create_router
+from router.policies import CascadePolicy, FixedPolicy, StallPolicy, Tier, create_router
 
-__all__ = ["FixedPolicy", "create_router"]
+__all__ = ["CascadePolicy", "FixedPolicy", "StallPolicy", "Tier", "create_router"]

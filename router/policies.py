@@ -1,30 +1,148 @@
-"""Routing policies. Each is a pure function of the history; the decision's reason goes into the trace."""
+"""Routing policies: pure functions of the run's history that pick the next drafter.
+
+Each returns a RouteDecision (drafter, candidates, reason: the reason goes into the trace) or None when
+no drafter has anything left to try. A policy can also be a user's class, given as `module:Class`.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ralph.errors import RalphError
 from ralph.protocols import IterationSummary, RouteDecision, Router
 
 
+def _stalls(history: Sequence[IterationSummary], drafter: str) -> int:
+    """Consecutive most-recent iterations of `drafter` without improvement (other drafters' too)."""
+    count = 0
+    for it in reversed(history):
+        if it.accepted:
+            break
+        if it.drafter == drafter:
+            count += 1
+    return count
+
+
+def _exhausted_since_progress(history: Sequence[IterationSummary], drafter: str) -> bool:
+    """Whether `drafter` proposed nothing at some point since the last accepted edit."""
+    for it in reversed(history):
+        if it.accepted:
+            return False
+        if it.drafter == drafter and it.exhausted:
+            return True
+    return False
+
+
+@dataclass
 class FixedPolicy:
-    """Always the same drafter (`fast`): stops when it has nothing left to propose for the state."""
+    """Always the same drafter (`fast` or `deep`); stops when it has nothing left for the state."""
 
-    name = "fast"
-
-    def __init__(self, drafter: str, n: int) -> None:
-        self.drafter = drafter
-        self.n = n
+    drafter: str
+    n: int
+    name: str = "fast"
 
     def route(self, history: Sequence[IterationSummary], drafters: Sequence[str]) -> RouteDecision | None:
-        if history and history[-1].exhausted and history[-1].drafter == self.drafter:
+        if _exhausted_since_progress(history, self.drafter):
             return None
         return RouteDecision(self.drafter, self.n, f"policy {self.name}: always {self.drafter}")
 
 
-def create_router(name: str, drafter: str, n: int) -> Router:
-    """A routing policy by name."""
+@dataclass
+class StallPolicy:
+    """The fast drafter by default; the deep one after `k` iterations without improvement or when the
+    fast one has nothing new; back to the fast one as soon as the deep one made progress."""
+
+    fast: str
+    deep: str | None
+    k: int = 3
+    n_fast: int = 4
+    n_deep: int = 1
+    name: str = "stall"
+
+    def route(self, history: Sequence[IterationSummary], drafters: Sequence[str]) -> RouteDecision | None:
+        fast_done = _exhausted_since_progress(history, self.fast)
+        if self.deep is None:
+            return (
+                None
+                if fast_done
+                else RouteDecision(self.fast, self.n_fast, "stall: fast drafter (no deep model)")
+            )
+        deep_done = _exhausted_since_progress(history, self.deep)
+        last = history[-1] if history else None
+        if last is not None and last.drafter == self.deep and not deep_done:
+            if last.accepted:
+                return RouteDecision(
+                    self.fast, self.n_fast, "stall: the deep model made progress, back to fast"
+                )
+            return RouteDecision(self.deep, self.n_deep, "stall: deep model continues")
+        stalls = _stalls(history, self.fast)
+        if not deep_done and (fast_done or stalls >= self.k):
+            why = (
+                "the fast drafter has nothing new"
+                if fast_done
+                else f"{stalls} iterations without improvement"
+            )
+            return RouteDecision(self.deep, self.n_deep, f"stall: escalate to {self.deep}: {why}")
+        if fast_done:
+            return None
+        return RouteDecision(
+            self.fast, self.n_fast, f"stall: fast drafter ({stalls}/{self.k} without improvement)"
+        )
+
+
+@dataclass(frozen=True)
+class Tier:
+    drafter: str
+    n: int = 1
+    budget: int = 3  # iterations without improvement before moving to the next tier
+
+
+@dataclass
+class CascadePolicy:
+    """Ordered tiers (deterministic fixers, then the fast drafter, then the deep reasoner): each tier
+    runs until it is exhausted or spends its budget without improvement; progress restarts at tier 0."""
+
+    tiers: Sequence[Tier]
+    name: str = "cascade"
+
+    def route(self, history: Sequence[IterationSummary], drafters: Sequence[str]) -> RouteDecision | None:
+        for index, tier in enumerate(self.tiers):
+            if (
+                _exhausted_since_progress(history, tier.drafter)
+                or _stalls(history, tier.drafter) >= tier.budget
+            ):
+                continue
+            used = _stalls(history, tier.drafter)
+            return RouteDecision(
+                tier.drafter, tier.n, f"cascade: tier {index + 1} {tier.drafter} ({used}/{tier.budget} used)"
+            )
+        return None
+
+
+def create_router(
+    name: str, *, fast: str, deep: str | None = None, n: int = 4, k: int = 3, tiers: Sequence[Tier] = ()
+) -> Router:
+    """A routing policy by name (fast, deep, stall, cascade) or dotted path `module:Class`."""
     if name == "fast":
-        return FixedPolicy(drafter, n)
-    raise RalphError(f"unknown router {name!r}; available: fast")
+        return FixedPolicy(fast, n, "fast")
+    if name == "deep":
+        if deep is None:
+            raise RalphError("--router deep needs a deep model (--deep MODEL)")
+        return FixedPolicy(deep, 1, "deep")
+    if name == "stall":
+        return StallPolicy(fast, deep, k=k, n_fast=n)
+    if name == "cascade":
+        chosen = list(tiers) or [Tier(fast, n, k), *([Tier(deep, 1, k)] if deep else [])]
+        return CascadePolicy(chosen)
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            policy = getattr(importlib.import_module(module_name), attr)()
+        except (ImportError, AttributeError, TypeError) as exc:
+            raise RalphError(f"--router {name}: cannot load it ({exc})") from None
+        if not callable(getattr(policy, "route", None)):
+            raise RalphError(f"--router {name}: not a routing policy (needs route(history, drafters))")
+        return policy
+    raise RalphError(f"unknown router {name!r}; available: fast, deep, stall, cascade, or module:Class")
