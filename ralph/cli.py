@@ -112,6 +112,41 @@ def fix(
     raise typer.Exit(outcome.exit_code)
 
 
+@app.command()
+def report(
+    traces: Annotated[list[Path], typer.Argument(help="Trace files, run directories, or .ralph/runs.")],
+    compare: Annotated[bool, typer.Option("--compare", help="Group runs by their drafters.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    csv_file: Annotated[Path | None, typer.Option("--csv", help="Write one row per iteration.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of remaining error.")] = None,
+    budget: Annotated[float, typer.Option(help="Time budget (s) for the projected score.")] = 300.0,
+) -> None:
+    """Outcomes, cycle-time breakdown, and improvement per step per drafter, from traces."""
+    import csv
+
+    from ralph.report import iteration_rows, load, report_json
+    from ralph.view import report_tables
+
+    loaded = load(traces)
+    data = report_json(loaded, compare=compare)
+    if csv_file:
+        rows = iteration_rows(loaded)
+        with csv_file.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["run_id"])
+            writer.writeheader()
+            writer.writerows(rows)
+    if plot:
+        from ralph.plot import plot_runs
+
+        plot_runs(loaded, plot)
+    if as_json:
+        print(json.dumps(data))
+        return
+    console = Console(soft_wrap=True)
+    for table in report_tables(data, budget):
+        console.print(table)
+
+
 bench = typer.Typer(
     help="Benchmarks: figures measured against a baseline in the same run.", no_args_is_help=True
 )

@@ -116,6 +116,7 @@ class Loop:
                     "draft_ms": round(draft_ms, 1),
                     "verify_ms": round(verify_ms, 1),
                     "overhead_ms": round((time.perf_counter() - t0) * 1000 - draft_ms - verify_ms, 1),
+                    "elapsed_s": round(time.monotonic() - start, 3),  # since the loop started
                     "candidates": verdicts,
                     "commit": self.branch.tip,
                 }

@@ -63,3 +63,58 @@ def summary_table(summary: dict[str, Any]) -> Table:
         value = summary.get(key)
         table.add_row(key, "—" if value is None else str(value))
     return table
+
+
+def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
+    """`ralph report`: one table of runs, one of drafters (r, cycle time, what it predicts)."""
+    runs = Table(title="Runs")
+    for column in (
+        "run",
+        "drafters",
+        "outcome",
+        "iters",
+        "accepted",
+        "error",
+        "to green",
+        "wall",
+        "draft/verify/other",
+    ):
+        runs.add_column(column)
+    for r in data["runs"]:
+        f = r["fractions"]
+        green = "—" if r["time_to_green_s"] is None else f"{r['time_to_green_s']:.1f}s"
+        runs.add_row(
+            r["run_id"],
+            "+".join(r["drafters"]),
+            r["outcome"],
+            str(r["iterations"]),
+            str(r["accepted"]),
+            f"{r['remaining_at_start']} → {r['remaining']}",
+            green,
+            f"{r['wall_s']:.1f}s",
+            f"{f['draft']:.0%} / {f['verify']:.0%} / {f['overhead']:.0%}",
+        )
+    drafters = Table(title="Improvement per step (r = sum of error removed / sum of error faced)")
+    for column in (
+        "drafter",
+        "r",
+        "iters",
+        "accepted",
+        "cycle",
+        "fixed after 10 steps",
+        f"fixed in {budget_s:.0f}s",
+    ):
+        drafters.add_column(column)
+    for name, d in data["drafters"].items():
+        r, cycle = d["r"], d["median_cycle_s"]
+        in_budget = 1 - (1 - r) ** (budget_s / cycle) if cycle > 0 else 0.0
+        drafters.add_row(
+            name,
+            f"{r:.3f}",
+            str(d["iterations"]),
+            str(d["accepted"]),
+            f"{cycle:.2f}s",
+            f"{1 - (1 - r) ** 10:.0%}",
+            f"{in_budget:.0%}",
+        )
+    return [runs, drafters]

@@ -1,0 +1,117 @@
+"""Reports from traces: r per drafter (hand-computed and simulated), run breakdowns, JSON, CSV, plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+
+import pytest
+
+from ralph.report import drafter_stats, report_json, run_stats
+from ralph.trace import TraceWriter
+from tests.conftest import run_ralph
+
+
+def iteration(i, drafter, before, after, draft_ms=100.0, verify_ms=300.0, elapsed=None):
+    return {
+        "type": "iteration",
+        "schema": 1,
+        "i": i,
+        "drafter": drafter,
+        "remaining_before": before,
+        "remaining_after": after,
+        "draft_ms": draft_ms,
+        "verify_ms": verify_ms,
+        "overhead_ms": 100.0,
+        "elapsed_s": elapsed if elapsed is not None else 0.5 * i,
+        "candidates": [{"cost_usd": 0.01 if drafter == "deep" else None}],
+    }
+
+
+HAND = [
+    {
+        "type": "run_start",
+        "schema": 1,
+        "run_id": "r1",
+        "drafters": {"fast": "X"},
+        "baseline": {"remaining": 4},
+    },
+    iteration(1, "fast", 4, 4),
+    iteration(2, "fast", 4, 3),
+    iteration(3, "fast", 3, 3),
+    iteration(4, "deep", 3, 1, draft_ms=5000.0),
+    iteration(5, "fast", 1, 0),
+    {"type": "run_end", "schema": 1, "outcome": "goal", "wall_s": 10.0, "remaining": 0, "cost_usd": 0.01},
+]
+
+
+def test_r_is_error_removed_over_error_faced_per_drafter():
+    stats = drafter_stats([HAND])
+    assert stats["fast"].error_seen == 4 + 4 + 3 + 1 and stats["fast"].error_removed == 2
+    assert stats["fast"].r == pytest.approx(2 / 12)
+    assert stats["deep"].r == pytest.approx(2 / 3)
+    assert stats["deep"].median_cycle_s == pytest.approx(5.4)
+    assert stats["deep"].predicted_fixed(2) == pytest.approx(1 - (1 / 3) ** 2)
+
+
+def test_run_breakdown_time_to_green_and_escalations():
+    run = run_stats(HAND)
+    assert (run.outcome, run.iterations, run.accepted, run.escalations) == ("goal", 5, 3, 1)
+    assert run.time_to_green_s == pytest.approx(2.5)
+    assert run.draft_s == pytest.approx(5.4) and run.verify_s == pytest.approx(1.5)
+    assert run.fractions["draft"] == pytest.approx(0.54)
+
+
+def simulated_run(r: float, errors: int, rng: random.Random) -> list[dict]:
+    """Each remaining error is fixed independently with probability r per iteration."""
+    records, remaining, i = [], errors, 0
+    while remaining and i < 200:
+        i += 1
+        fixed = sum(rng.random() < r for _ in range(remaining))
+        records.append(iteration(i, "sim", remaining, remaining - fixed))
+        remaining -= fixed
+    return records
+
+
+@pytest.mark.parametrize("true_r", [0.2, 0.65])
+def test_r_recovers_the_rate_of_simulated_runs(true_r):
+    rng = random.Random(7)
+    runs = [simulated_run(true_r, 20, rng) for _ in range(60)]
+    assert drafter_stats(runs)["sim"].r == pytest.approx(true_r, abs=0.03)
+
+
+def test_a_killed_run_is_reported_unfinished():
+    assert run_stats(HAND[:-1]).outcome == "unfinished"
+
+
+def write_trace(path, records):
+    writer = TraceWriter(path)
+    for r in records:
+        writer.write(r["type"], **{k: v for k, v in r.items() if k not in ("type", "schema")})
+    writer.close()
+
+
+def test_report_command_json_csv_and_plot(tmp_path):
+    trace = tmp_path / "runs" / "r1" / "trace.jsonl"
+    write_trace(trace, HAND)
+    csv_file, png = tmp_path / "it.csv", tmp_path / "plot.png"
+    proc = run_ralph("report", str(tmp_path / "runs"), "--json", "--csv", str(csv_file), "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["runs"][0]["outcome"] == "goal"
+    assert {"r", "iterations", "accepted"} <= data["drafters"]["fast"].keys()
+    rows = list(csv.DictReader(csv_file.open()))
+    assert [r["drafter"] for r in rows] == ["fast", "fast", "fast", "deep", "fast"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_groups_runs_by_their_drafters(tmp_path):
+    other = [r if r["type"] != "iteration" else {**r, "drafter": "solo"} for r in HAND]
+    data = report_json([(tmp_path / "a", HAND), (tmp_path / "b", other)], compare=True)
+    assert set(data["drafters"]) == {"fast+deep", "solo"}
+
+
+def test_report_of_nothing_is_a_one_line_error(tmp_path):
+    proc = run_ralph("report", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "no such trace file" in proc.stderr
