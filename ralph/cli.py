@@ -184,6 +184,51 @@ def bench_verify_command(
     Console().print(table)
 
 
+@bench.command("fix")
+def bench_fix_command(
+    tasks: Annotated[
+        Path, typer.Argument(help="A directory of projects, or a HumanEvalFix-style JSONL file.")
+    ],
+    out: Annotated[Path, typer.Option(help="Where repos, traces and summary.json go.")] = Path("ralph-bench"),
+    workers: Annotated[int, typer.Option(help="Tasks run in parallel processes.")] = 1,
+    limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
+    drafter: Annotated[str, typer.Option(help="Drafter for every task.")] = "auto",
+    max_iterations: Annotated[int, typer.Option(help="Iteration budget per task.")] = 20,
+    candidates: Annotated[int, typer.Option(help="Candidates per iteration.")] = 4,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter."""
+    from ralph.bench.fix import bench_fix
+
+    console = Console(stderr=True, soft_wrap=True)
+    config = {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
+    summary = bench_fix(
+        tasks,
+        out,
+        workers=workers,
+        limit=limit,
+        config=config,
+        progress=lambda t: console.print(t, markup=False),
+    )
+    if as_json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
+        return
+    table = Table(title=f"ralph bench fix {tasks}", show_header=False)
+    for key in (
+        "tasks",
+        "fixed",
+        "fix_rate",
+        "errors",
+        "median_time_to_green_s",
+        "cycle_breakdown",
+        "traces",
+    ):
+        table.add_row(key, str(summary[key]))
+    for name, d in summary["drafters"].items():
+        table.add_row(f"r ({name})", f"{d['r']} over {d['iterations']} iterations")
+    Console().print(table)
+
+
 @app.command()
 def version() -> None:
     """Print ralph's version."""

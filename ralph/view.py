@@ -11,13 +11,17 @@ from rich.table import Table
 
 
 class QuietView:
-    """For --json and tests: iterations are not shown; notices still go to stderr."""
+    """For --json, benchmarks and tests: iterations are not shown; notices go to stderr unless muted."""
+
+    def __init__(self, notices: bool = True) -> None:
+        self.notices = notices
 
     def iteration(self, record: dict[str, Any]) -> None:
         pass
 
     def notice(self, text: str) -> None:
-        print(f"ralph: {text}", file=sys.stderr)
+        if self.notices:
+            print(f"ralph: {text}", file=sys.stderr)
 
     def progress(self, text: str) -> None:
         pass

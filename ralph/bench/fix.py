@@ -1,0 +1,147 @@
+"""`ralph bench fix TASKS`: the loop over a task suite, one trace per task, and a summary.
+
+TASKS is a directory of projects (each a directory with its tests) or a HumanEvalFix-style JSONL file
+(one task a line: prompt, buggy_solution, test, entry_point); each task becomes a small git repository.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ralph.errors import RalphError
+from ralph.report import drafter_stats, run_stats
+from ralph.trace import read_trace
+
+_GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    files: dict[str, str] | None = None  # for JSONL tasks
+    source: Path | None = None  # for a directory of projects
+
+
+def humanevalfix_files(row: dict[str, Any]) -> dict[str, str]:
+    """A HumanEvalFix task as a project: the buggy function, and its `check` as a pytest test."""
+    entry = row["entry_point"]
+    test_lines = row["test"].rstrip().splitlines()
+    if test_lines and test_lines[-1].strip().startswith("check("):
+        test_lines = test_lines[:-1]
+    test = "\n".join(["from solution import *  # noqa: F403", *test_lines])
+    test += f"\n\n\ndef test_{entry}():\n    check({entry})\n"
+    return {
+        "solution.py": row["prompt"] + row["buggy_solution"],
+        "test_solution.py": test,
+        "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n",
+    }
+
+
+def load_tasks(tasks: Path, limit: int | None = None) -> list[Task]:
+    if tasks.is_file():
+        try:
+            rows = [
+                json.loads(line) for line in tasks.read_text(encoding="utf-8").splitlines() if line.strip()
+            ]
+            found = [Task(str(r["task_id"]).replace("/", "-"), files=humanevalfix_files(r)) for r in rows]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RalphError(f"{tasks}: not a HumanEvalFix-style JSONL file ({exc})") from None
+    elif tasks.is_dir():
+        found = [
+            Task(p.name, source=p)
+            for p in sorted(tasks.iterdir())
+            if p.is_dir() and not p.name.startswith(".")
+        ]
+    else:
+        raise RalphError(f"{tasks}: no such file or directory")
+    return found[:limit] if limit else found
+
+
+def _prepare(task: Task, root: Path) -> Path:
+    repo = root / "repos" / task.name
+    if repo.exists():
+        shutil.rmtree(repo)
+    if task.source is not None:
+        shutil.copytree(
+            task.source, repo, ignore=shutil.ignore_patterns(".git", ".ralph", "__pycache__", ".venv")
+        )
+    else:
+        repo.mkdir(parents=True)
+        for path, content in (task.files or {}).items():
+            (repo / path).write_text(content, encoding="utf-8")
+    subprocess.run([*_GIT, "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run([*_GIT, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*_GIT, "commit", "-q", "-m", "task"], cwd=repo, check=True)
+    return repo
+
+
+def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """One task in a worker process; bad input in a task is that task's result, not the bench's."""
+    from ralph.config import RunConfig
+    from ralph.session import fix
+    from ralph.view import QuietView
+
+    trace = root / "traces" / f"{task.name}.jsonl"
+    trace.unlink(missing_ok=True)
+    try:
+        outcome = fix(
+            _prepare(task, root), RunConfig(**config), view=QuietView(notices=False), trace_path=trace
+        )
+        return {"task": task.name, "outcome": outcome.result.outcome, "trace": str(trace)}
+    except RalphError as exc:
+        return {"task": task.name, "outcome": "error", "error": str(exc), "trace": str(trace)}
+
+
+def bench_fix(
+    tasks: Path,
+    out: Path,
+    *,
+    workers: int = 1,
+    limit: int | None = None,
+    config: dict[str, Any] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Run every task; write one trace per task under `out/traces`; return the summary."""
+    chosen = load_tasks(tasks, limit)
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(_run_task, task, out, config or {}) for task in chosen]
+        for future in as_completed(futures):
+            results.append(future.result())
+            r = results[-1]
+            progress(f"{len(results)}/{len(chosen)} {r['task']}: {r['outcome']}")
+    return summarize(results, out)
+
+
+def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    traces = [read_trace(Path(r["trace"])) for r in results if Path(r["trace"]).exists()]
+    runs = [run_stats(t) for t in traces]
+    greens = [r.time_to_green_s for r in runs if r.time_to_green_s is not None]
+    wall = sum(r.wall_s for r in runs) or 1e-9
+    fixed = sum(r["outcome"] == "goal" for r in results)
+    summary = {
+        "tasks": len(results),
+        "fixed": fixed,
+        "fix_rate": round(fixed / len(results), 4) if results else 0.0,
+        "errors": sum(r["outcome"] == "error" for r in results),
+        "median_time_to_green_s": round(statistics.median(greens), 3) if greens else None,
+        "drafters": {name: s.to_json() for name, s in drafter_stats(traces).items()},
+        "cycle_breakdown": {
+            "draft": round(sum(r.draft_s for r in runs) / wall, 4),
+            "verify": round(sum(r.verify_s for r in runs) / wall, 4),
+            "overhead": round(max(0.0, 1 - sum(r.draft_s + r.verify_s for r in runs) / wall), 4),
+        },
+        "results": sorted(results, key=lambda r: r["task"]),
+        "traces": str(out / "traces"),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,58 @@
+"""`ralph bench fix`: HumanEvalFix-style tasks and directories of projects, one trace per task."""
+
+from __future__ import annotations
+
+import json
+
+from ralph.bench.fix import humanevalfix_files, load_tasks
+from tests.conftest import run_ralph, write_files
+
+FIXABLE = {
+    "task_id": "Demo/0",
+    "entry_point": "add_one",
+    "prompt": 'def add_one(x):\n    """x plus one."""\n',
+    "buggy_solution": "    return x - 1\n",
+    "test": "\n\ndef check(add_one):\n    assert add_one(1) == 2\n    assert add_one(-1) == 0\n\ncheck(add_one)\n",
+}
+UNFIXABLE = {
+    **FIXABLE,
+    "task_id": "Demo/1",
+    "buggy_solution": "    return 42\n",
+    "test": "\n\ndef check(add_one):\n    assert add_one(123456) == 123457\n\ncheck(add_one)\n",
+}
+
+
+def test_a_humanevalfix_task_becomes_a_pytest_project():
+    files = humanevalfix_files(FIXABLE)
+    assert files["solution.py"].endswith("    return x - 1\n")
+    assert "check(add_one)\n" not in files["test_solution.py"].split("def test_add_one")[0]
+    assert "def test_add_one():\n    check(add_one)" in files["test_solution.py"]
+
+
+def test_bench_fix_runs_every_task_and_summarizes(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(FIXABLE) + "\n" + json.dumps(UNFIXABLE) + "\n")
+    proc = run_ralph(
+        "bench",
+        "fix",
+        str(tasks),
+        "--out",
+        str(tmp_path / "out"),
+        "--workers",
+        "2",
+        "--max-iterations",
+        "3",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["tasks"], summary["fixed"], summary["fix_rate"]) == (2, 1, 0.5)
+    assert sorted(p.name for p in (tmp_path / "out" / "traces").iterdir()) == ["Demo-0.jsonl", "Demo-1.jsonl"]
+    assert summary["drafters"]["mutation"]["iterations"] >= 1
+
+
+def test_a_directory_of_projects_is_a_task_suite(tmp_path):
+    write_files(tmp_path / "suite" / "one", {"test_a.py": "def test_a():\n    assert True\n"})
+    write_files(tmp_path / "suite" / "two", {"test_b.py": "def test_b():\n    assert True\n"})
+    assert [t.name for t in load_tasks(tmp_path / "suite")] == ["one", "two"]
+    assert [t.name for t in load_tasks(tmp_path / "suite", limit=1)] == ["one"]
