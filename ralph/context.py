@@ -92,6 +92,12 @@ def render(context: DraftContext) -> str:
     if snippets:
         parts.append("# Code the failures point at (line numbers for reference only)")
         parts += [f"## {s.path}\n```python\n{s.numbered()}\n```" for s in snippets]
+    if context.best_rejected:
+        diff, why = context.best_rejected
+        parts.append(
+            "# The closest attempt so far (repair it rather than start over)\n"
+            f"```diff\n{diff.strip()}\n```\nIt failed: {why}"
+        )
     if context.attempts:
         parts.append("# Already tried and rejected (do not repeat these)")
         parts += [f"```diff\n{diff.strip()}\n```\nRejected: {why}" for diff, why in context.attempts[-5:]]

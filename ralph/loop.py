@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ralph.branch import RalphBranch
 from ralph.candidate import Candidate
 from ralph.localize import suspicious_lines
-from ralph.protocols import DraftContext, Drafter, IterationSummary, Router
+from ralph.protocols import DraftContext, Drafter, IterationSummary, RouteDecision, Router
 from ralph.score import Observation, Score
 from ralph.trace import TraceWriter
 from sandboxes.workspace import UnsafePath, Workspace
@@ -65,76 +67,106 @@ class Loop:
     def run(self, state: Observation) -> RunResult:
         """Drive `state` (the verified baseline) towards zero remaining error."""
         start = time.monotonic()
-        result = RunResult("stalled", remaining=self.verifier.score(state).remaining)
+        result = RunResult("goal", remaining=self.verifier.score(state).remaining)
         result.remaining_at_start = result.remaining
-        rejected: set[str] = set()
-        attempts: list[tuple[str, str]] = []
+        memory = Memory()
         try:
             while result.remaining > 0:
                 if stop := self._out_of_budget(result, time.monotonic() - start):
                     result.outcome = stop
                     break
-                decision = self.router.route(result.history, list(self.drafters))
+                decision = self.router.route(result.history, list(self.drafters))  # route
                 if decision is None:
                     result.outcome = "stalled"
                     break
                 t0 = time.perf_counter()
-                context = self._context(state, result.accepted, rejected, attempts)
-                candidates = self.drafters[decision.drafter].draft(context, decision.n)
-                draft_ms = (time.perf_counter() - t0) * 1000
-                before, verdicts = result.remaining, []
-                for k, candidate in enumerate(candidates, 1):
+                context = self._context(state, result.accepted, memory)
+                before, verdicts, draft_ms = result.remaining, [], 0.0
+                for candidate, waited_ms in self._drafts(
+                    decision.drafter, context, decision.n, memory
+                ):  # draft
+                    draft_ms += waited_ms
                     self.view.progress(
-                        f"#{result.iterations + 1} {decision.drafter} · remaining {before} · "
-                        f"verifying {k}/{len(candidates)}: {candidate.description}"
+                        f"#{result.iterations + 1} {decision.drafter} · {candidate.description}"
                     )
-                    report = self._verify(candidate, state)
+                    report = self._verify(candidate, state)  # verify
                     verdicts.append(_candidate_record(candidate, report))
                     result.cost_usd += candidate.cost_usd or 0.0
-                    if not report.accepted:
-                        rejected.add(candidate.fingerprint)
-                        attempts[:] = [
-                            *attempts[-9:],
-                            (candidate.diff or candidate.description, report.reason),
-                        ]
-                        continue
-                    assert report.observation is not None and report.score is not None
-                    message = _commit_message(candidate, self.verifier.score(state), report.score)
-                    state, result.remaining = report.observation, report.score.remaining
-                    result.accepted += 1
-                    self.branch.commit(candidate.changes, message)
-                    break
+                    if (
+                        report.accepted and report.observation is not None and report.score is not None
+                    ):  # decide
+                        message = _commit_message(candidate, self.verifier.score(state), report.score)
+                        state, result.remaining = report.observation, report.score.remaining
+                        result.accepted += 1
+                        self.branch.commit(candidate.changes, message)
+                        break
+                    memory.reject(candidate, report)
                 result.iterations += 1
-                verify_ms = sum(v["verify_ms"] for v in verdicts)
-                record = {
-                    "i": result.iterations,
-                    "drafter": decision.drafter,
-                    "route": {"drafter": decision.drafter, "n": decision.n, "reason": decision.reason},
-                    "remaining_before": before,
-                    "remaining_after": result.remaining,
-                    "accepted": result.remaining < before,
-                    "draft_ms": round(draft_ms, 1),
-                    "verify_ms": round(verify_ms, 1),
-                    "overhead_ms": round((time.perf_counter() - t0) * 1000 - draft_ms - verify_ms, 1),
-                    "elapsed_s": round(time.monotonic() - start, 3),  # since the loop started
-                    "candidates": verdicts,
-                    "commit": self.branch.tip,
-                }
+                record = self._record(result, decision, before, verdicts, t0, draft_ms, start)  # trace
+                record["proposed"] = memory.drafted  # duplicates and known failures were not verified
                 self.trace.write("iteration", **record)
                 self.view.iteration(record)
-                result.history.append(
-                    IterationSummary(
-                        result.iterations, decision.drafter, before, result.remaining,
-                        result.remaining < before, len(candidates), not candidates, draft_ms, verify_ms,
-                        sum(c.cost_usd or 0.0 for c in candidates),
-                    )
-                )  # fmt: skip
-            else:
-                result.outcome = "goal"
+                result.history.append(_summary(record))
         except KeyboardInterrupt:
             result.outcome = "interrupted"
         result.wall_s = time.monotonic() - start
         return result
+
+    def _drafts(
+        self, name: str, context: DraftContext, n: int, memory: Memory
+    ) -> Iterator[tuple[Candidate, float]]:
+        """The drafter's candidates, each with the drafting time it cost, new ones only, smallest
+        first. A remote drafter (`remote = True`) is asked n times at once, and each candidate is
+        verified as soon as it arrives while the others are still being written."""
+        drafter = self.drafters[name]
+        memory.drafted = 0
+        start = time.perf_counter()
+        if getattr(drafter, "remote", False) and n > 1:
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                futures = [pool.submit(drafter.draft, context, 1) for _ in range(n)]
+                for future in as_completed(futures):
+                    waited, start = (time.perf_counter() - start) * 1000, time.perf_counter()
+                    batch = future.result()
+                    memory.drafted += len(batch)
+                    for candidate in batch:
+                        if memory.is_new(candidate):
+                            yield candidate, waited
+                            waited, start = 0.0, time.perf_counter()
+            return
+        batch = drafter.draft(context, n)
+        memory.drafted = len(batch)
+        waited = (time.perf_counter() - start) * 1000
+        for candidate in sorted(batch, key=_cost_estimate):
+            if memory.is_new(candidate):
+                yield candidate, waited
+                waited = 0.0
+
+    def _record(
+        self,
+        result: RunResult,
+        decision: RouteDecision,
+        before: int,
+        verdicts: list[dict[str, Any]],
+        t0: float,
+        draft_ms: float,
+        start: float,
+    ) -> dict[str, Any]:
+        verify_ms = sum(v["verify_ms"] for v in verdicts)
+        return {
+            "i": result.iterations,
+            "drafter": decision.drafter,
+            "route": {"drafter": decision.drafter, "n": decision.n, "reason": decision.reason},
+            "remaining_before": before,
+            "remaining_after": result.remaining,
+            "accepted": result.remaining < before,
+            "draft_ms": round(draft_ms, 1),
+            "verify_ms": round(verify_ms, 1),
+            "overhead_ms": round(max(0.0, (time.perf_counter() - t0) * 1000 - draft_ms - verify_ms), 1),
+            "elapsed_s": round(time.monotonic() - start, 3),  # since the loop started
+            "cost_usd": sum(v["cost_usd"] or 0.0 for v in verdicts),
+            "candidates": verdicts,
+            "commit": self.branch.tip,
+        }
 
     def _out_of_budget(self, result: RunResult, elapsed: float) -> str | None:
         if result.iterations >= self.budget.max_iterations:
@@ -145,9 +177,7 @@ class Loop:
             return "max_cost"
         return None
 
-    def _context(
-        self, state: Observation, state_id: int, rejected: set[str], attempts: list[tuple[str, str]]
-    ) -> DraftContext:
+    def _context(self, state: Observation, state_id: int, memory: Memory) -> DraftContext:
         failing = tuple(state.tests[t] for t in state.failing_tests())
         suspicious = suspicious_lines(failing, self.verifier.coverage, state.passing_tests(), self.protected)
         return DraftContext(
@@ -158,8 +188,9 @@ class Loop:
             diagnostics=tuple(d for ds in state.diagnostics.values() for d in ds),
             failing_checks=tuple(c for c, r in state.checks.items() if not r.passed),
             suspicious=tuple(suspicious),
-            rejected=frozenset(rejected),
-            attempts=tuple(attempts),
+            rejected=frozenset(memory.rejected),
+            attempts=tuple(memory.attempts),
+            best_rejected=memory.best,
             protected=self.protected,
         )
 
@@ -184,6 +215,59 @@ class Loop:
             if not report.accepted:
                 self.workspace.revert(candidate.changes)
         return report
+
+
+@dataclass
+class Memory:
+    """What this run already tried: nothing is verified twice, models see what failed and why."""
+
+    rejected: set[str] = field(default_factory=set)
+    attempts: list[tuple[str, str]] = field(default_factory=list)  # (diff, why), latest last
+    best: tuple[str, str] | None = None  # the rejected edit that came closest, for a repair
+    best_remaining: int | None = None
+    proposed: set[str] = field(default_factory=set)
+    drafted: int = 0  # what the drafter returned this iteration, new or not
+
+    def is_new(self, candidate: Candidate) -> bool:
+        """False for an edit already rejected, or already proposed in this iteration's batch."""
+        fingerprint = candidate.fingerprint
+        if candidate.changes and (fingerprint in self.rejected or fingerprint in self.proposed):
+            return False
+        self.proposed.add(fingerprint)
+        return True
+
+    def reject(self, candidate: Candidate, report: VerifyReport) -> None:
+        self.rejected.add(candidate.fingerprint)
+        self.proposed.discard(candidate.fingerprint)
+        entry = (candidate.diff or candidate.description, report.reason)
+        self.attempts = [*self.attempts[-9:], entry]
+        remaining = report.score.remaining if report.score is not None and candidate.changes else None
+        if remaining is not None and (self.best_remaining is None or remaining < self.best_remaining):
+            self.best, self.best_remaining = entry, remaining
+
+
+def _cost_estimate(candidate: Candidate) -> int:
+    """Cheapest to verify first: a parse error costs nothing, then the smallest edits."""
+    return (
+        0
+        if candidate.error
+        else 1 + sum(len(c.after or "") - len(c.before or "") != 0 for c in candidate.changes)
+    )
+
+
+def _summary(record: dict[str, Any]) -> IterationSummary:
+    return IterationSummary(
+        i=record["i"],
+        drafter=record["drafter"],
+        remaining_before=record["remaining_before"],
+        remaining_after=record["remaining_after"],
+        accepted=record["accepted"],
+        candidates=len(record["candidates"]),
+        exhausted=record["proposed"] == 0,
+        draft_ms=record["draft_ms"],
+        verify_ms=record["verify_ms"],
+        cost_usd=record["cost_usd"],
+    )
 
 
 def _candidate_record(candidate: Candidate, report: VerifyReport) -> dict[str, Any]:

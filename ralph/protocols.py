@@ -25,6 +25,7 @@ class DraftContext:
     suspicious: tuple[tuple[str, int], ...]  # (path, line), most suspicious first
     rejected: frozenset[str] = frozenset()  # fingerprints of candidates rejected this run
     attempts: tuple[tuple[str, str], ...] = ()  # (diff, why rejected) of the latest rejections
+    best_rejected: tuple[str, str] | None = None  # the closest rejected edit and its failure
     protected: tuple[str, ...] = ()  # glob patterns of paths drafters must not edit
     notes: tuple[str, ...] = field(default_factory=tuple)
 
