@@ -113,6 +113,27 @@ def fix(
 
 
 @app.command()
+def doctor(
+    path: Annotated[Path, typer.Argument(help="The project whose configuration to read.")] = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """What is configured and available: GPU, models, keys (present or not), validators."""
+    from ralph.config import load_config
+    from ralph.doctor import diagnose
+
+    if not path.is_dir():
+        raise RalphError(f"{path}: no such directory")
+    facts = diagnose(path, load_config(path, {}))
+    if as_json:
+        print(json.dumps(facts))
+        return
+    table = Table(title="ralph doctor", show_header=False)
+    for key, value in facts.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    Console(soft_wrap=True).print(table)
+
+
+@app.command()
 def report(
     traces: Annotated[list[Path], typer.Argument(help="Trace files, run directories, or .ralph/runs.")],
     compare: Annotated[bool, typer.Option("--compare", help="Group runs by their drafters.")] = False,

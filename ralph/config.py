@@ -11,6 +11,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ralph.errors import RalphError
 
 
+class ModelSettings(BaseModel):
+    """Per-model settings for litellm drafters (`[tool.ralph.models."openai/my-model"]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api_base: str | None = None
+    """An OpenAI-compatible server for this model (SGLang, vLLM, Ollama, ...)."""
+    api_key_env: str | None = None
+    """The environment variable holding the key (the key itself never goes in a config file)."""
+    timeout_s: float = 120.0
+    """Per-call timeout."""
+    temperature: float = 0.2
+    """Sampling temperature."""
+    max_tokens: int = 4096
+    """Completion budget per call."""
+
+
 class RunConfig(BaseModel):
     """Everything that shapes one `ralph fix` run."""
 
@@ -24,8 +41,16 @@ class RunConfig(BaseModel):
     """Extra check commands run in the project directory; exit status 0 means pass."""
     drafter: str = "auto"
     """Drafter name: auto, mutation, replay:FILE, or module:Class."""
+    deep: str | None = None
+    """The deep reasoner: any litellm model string (anthropic/..., openai/..., ollama/...)."""
     router: str = "stall"
-    """Routing policy name."""
+    """Routing policy: stall, fast, deep, cascade, or module:Class."""
+    k: int = Field(default=3, ge=1)
+    """Iterations without improvement before the stall router escalates."""
+    models: dict[str, ModelSettings] = Field(default_factory=dict)
+    """Per-model settings (api_base, api_key_env, timeout, temperature)."""
+    sampler: dict[str, Any] = Field(default_factory=dict)
+    """Diffusion sampler settings (mode, steps, threshold, temperature, ...)."""
     candidates: int = Field(default=4, ge=1, le=64)
     """Candidates asked of the drafter per iteration."""
     max_iterations: int = Field(default=20, ge=1)

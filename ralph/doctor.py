@@ -1,0 +1,84 @@
+"""`ralph doctor`: what is configured and what is available, without revealing a secret."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from ralph.config import RunConfig
+
+KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "INCEPTION_API_KEY",
+    "GEMINI_API_KEY",
+    "OPENROUTER_API_KEY",
+    "HF_TOKEN",
+)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def _gpu() -> str:
+    if importlib.util.find_spec("torch") is None:
+        return "torch not installed (pip install 'ralph-loop[diffusion]')"
+    import torch
+
+    if torch.cuda.is_available():
+        return f"CUDA: {torch.cuda.get_device_name(0)} (torch {torch.__version__})"
+    return f"no GPU (torch {torch.__version__}, CPU)"
+
+
+def _module_in(python: str, module: str) -> bool:
+    probe = [
+        python,
+        "-c",
+        f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)",
+    ]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+def diagnose(project: Path, config: RunConfig) -> dict[str, Any]:
+    """Facts about this machine and project; keys are reported as present or absent, never shown."""
+    from validators.mypy import mypy_configured
+    from validators.toolchain import find_python, ruff_bin
+
+    python = find_python(project, project, config.python)
+    models = {
+        name: {"api_base": s.api_base, "api_key_env": s.api_key_env, "timeout_s": s.timeout_s}
+        for name, s in config.models.items()
+    }
+    return {
+        "ralph": _version("ralph-loop"),
+        "python": sys.version.split()[0],
+        "project_python": python,
+        "drafter": config.drafter,
+        "deep": config.deep,
+        "router": config.router,
+        "models": models,
+        "sampler": config.sampler,
+        "gpu": _gpu(),
+        "transformers": _version("transformers"),
+        "litellm": _version("litellm"),
+        "keys": {name: "set" if os.environ.get(name) else "not set" for name in KEY_VARIABLES},
+        "validators": {
+            "git": shutil.which("git") is not None,
+            "ruff": Path(ruff_bin()).exists(),
+            "pytest": _module_in(python, "pytest"),
+            "mypy": _module_in(python, "mypy"),
+            "mypy_configured": mypy_configured(project),
+            "coverage": _module_in(python, "coverage"),
+        },
+        "sandbox": {"bubblewrap": shutil.which("bwrap") is not None},
+    }
