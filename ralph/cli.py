@@ -113,6 +113,28 @@ def fix(
 
 
 @app.command()
+def precommit(
+    files: Annotated[
+        list[str] | None, typer.Argument(help="The staged files (pre-commit passes them).")
+    ] = None,
+    fix_files: Annotated[
+        bool, typer.Option("--fix/--check", help="Run a bounded fix loop, or only check.")
+    ] = False,
+    max_iterations: Annotated[int, typer.Option(help="Iteration budget for --fix.")] = 5,
+    max_seconds: Annotated[float, typer.Option(help="Time budget for --fix.")] = 120.0,
+) -> None:
+    """The command behind the pre-commit hooks `ralph-check` and `ralph-fix`."""
+    from ralph import precommit as hooks
+
+    repo = Path(".")
+    if fix_files:
+        code = hooks.fix(repo, list(files or []), max_iterations=max_iterations, max_seconds=max_seconds)
+    else:
+        code = hooks.check(repo, list(files or []))
+    raise typer.Exit(code)
+
+
+@app.command()
 def doctor(
     path: Annotated[Path, typer.Argument(help="The project whose configuration to read.")] = Path("."),
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

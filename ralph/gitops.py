@@ -80,21 +80,29 @@ def temporary_index(toplevel: Path, seed: bool = False) -> Iterator[dict[str, st
         yield {"GIT_INDEX_FILE": str(index)}
 
 
-def snapshot(path: Path) -> Snapshot:
-    """Record the working tree (tracked, modified and untracked-not-ignored files) as a commit."""
+def snapshot(path: Path, staged: bool = False) -> Snapshot:
+    """Record the working tree (tracked, modified and untracked-not-ignored files) as a commit; with
+    `staged`, what the index holds instead (what a pre-commit hook is asked about)."""
     toplevel, subdir = open_repo(path)
     try:
         head: str | None = run_git(toplevel, "rev-parse", "--verify", "-q", "HEAD").strip()
     except GitError:
         head = None
     with temporary_index(toplevel, seed=True) as env:
-        run_git(toplevel, "add", "-A", "--", ".", env=env)
+        if not staged:
+            run_git(toplevel, "add", "-A", "--", ".", env=env)
         tree = run_git(toplevel, "write-tree", env=env).strip()
     if head and run_git(toplevel, "rev-parse", f"{head}^{{tree}}").strip() == tree:
         return Snapshot(toplevel, head, head, tree, subdir)
     parents = ["-p", head] if head else []
     commit = run_git(
-        toplevel, "commit-tree", tree, *parents, "-m", "ralph: snapshot of the working tree", env=IDENTITY
+        toplevel,
+        "commit-tree",
+        tree,
+        *parents,
+        "-m",
+        f"ralph: snapshot of the {'index' if staged else 'working tree'}",
+        env=IDENTITY,
     ).strip()
     return Snapshot(toplevel, head, commit, tree, subdir)
 

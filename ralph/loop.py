@@ -180,6 +180,8 @@ class Loop:
     def _context(self, state: Observation, state_id: int, memory: Memory) -> DraftContext:
         failing = tuple(state.tests[t] for t in state.failing_tests())
         suspicious = suspicious_lines(failing, self.verifier.coverage, state.passing_tests(), self.protected)
+        if self.verifier.only is not None:  # edits are limited to some files (a pre-commit hook's)
+            suspicious = [s for s in suspicious if s[0] in self.verifier.only]
         return DraftContext(
             task=self.task,
             project=self.workspace.project,

@@ -52,9 +52,12 @@ def fix(
     branch: str | None = None,
     apply: bool = False,
     trace_path: Path | None = None,
+    staged: bool = False,
+    only: list[str] | None = None,
 ) -> FixOutcome:
-    """Run the loop on the repository at `path`; the user's HEAD, index and working tree stay as they are."""
-    snap = snapshot(path)
+    """Run the loop on the repository at `path`; the user's HEAD, index and working tree stay as they are.
+    `staged` starts from the index instead of the working tree; `only` limits edits to these files."""
+    snap = snapshot(path, staged=staged)
     run_id = new_run_id()
     branch_name = branch or f"ralph/{run_id}"
     check_branch_name(snap.toplevel, branch_name)
@@ -92,6 +95,7 @@ def fix(
             cache_dir=tmp / "cache",
             coverage_cache=snap.toplevel / ".ralph" / "cache",
             protected=protected,
+            only=tuple(only) if only is not None else None,
         )
         start_record = {
             "run_id": run_id,

@@ -68,11 +68,13 @@ class Verifier:
         coverage_cache: Path | None = None,
         protected: tuple[str, ...] = PROTECTED_TESTS,
         warm: bool = True,
+        only: tuple[str, ...] | None = None,
     ) -> None:
         self.toolchain = toolchain
         self.cache_dir = coverage_cache
         self.targets = targets
         self.protected = protected
+        self.only = only  # when set, edits outside these files are refused
         self.syntax = SyntaxValidator(toolchain)
         self.ruff = RuffValidator(toolchain)
         self.mypy = MypyValidator(toolchain, cache_dir / "mypy") if types else None
@@ -151,6 +153,11 @@ class Verifier:
         if protected:
             return VerifyReport(
                 False, f"edits to tests are not allowed: {', '.join(protected)}", failed_stage="policy"
+            )
+        outside = [p for p in paths if self.only is not None and p not in self.only]
+        if outside:
+            return VerifyReport(
+                False, f"only {', '.join(self.only or ())} may be edited", failed_stage="policy"
             )
         run = _Stages(self, current)
         before = self.score(current).remaining

@@ -1,0 +1,98 @@
+"""`ralph precommit [FILES...]`: the command behind the pre-commit hooks.
+
+`--check` (hook `ralph-check`) runs the validators on the given files, fast and without a model:
+syntax, ruff, and the test modules that import them. `--fix` (hook `ralph-fix`) runs a bounded loop
+that may edit only those files, starting from what is staged, and writes a fix into the working tree,
+which fails the commit so the user can look and re-stage (pre-commit's convention). A file with
+unstaged changes is never written.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ralph.candidate import PROTECTED_TESTS, FileChange, is_protected
+from ralph.gitops import open_repo
+from ralph.protocols import Scope
+from sandboxes.local import LocalSandbox
+from validators.pytest_run import PytestValidator
+from validators.ruff import RuffValidator
+from validators.selection import ImportGraph, select_tests
+from validators.syntax import SyntaxValidator
+from validators.toolchain import Toolchain, find_python
+
+
+def _python_files(root: Path, files: list[str]) -> list[str]:
+    return [f for f in dict.fromkeys(files) if f.endswith(".py") and (root / f).is_file()]
+
+
+def affected_tests(root: Path, files: list[str]) -> list[str]:
+    """Test modules that import the files (transitively), and the files that are tests themselves."""
+    sources = {}
+    for file in root.rglob("*.py"):
+        rel = file.relative_to(root)
+        if not any(p.startswith(".") or p in ("__pycache__", "node_modules") for p in rel.parts):
+            sources[rel.as_posix()] = file.read_text(encoding="utf-8", errors="replace")
+    changes = [FileChange(f, None, sources.get(f, "")) for f in files]  # "new": coverage cannot vouch
+    selection = select_tests(changes, {}, ImportGraph(sources), lambda p: is_protected(p, PROTECTED_TESTS))
+    return selection.tests
+
+
+def check(repo: Path, files: list[str], python: str | None = None) -> int:
+    """Validators on `files`; 0 when they pass, 1 otherwise (with one line per problem)."""
+    root, _ = open_repo(repo)
+    files = _python_files(root, files)
+    if not files:
+        return 0
+    # The checks run in the user's own tree: they must leave no bytecode caches behind.
+    toolchain = Toolchain(
+        find_python(root, root, python), LocalSandbox(), root, {"PYTHONDONTWRITEBYTECODE": "1"}
+    )
+    problems: list[str] = []
+    syntax = SyntaxValidator(toolchain).check(Scope(paths=tuple(files)))
+    problems += list(syntax.syntax_errors.values())
+    if not problems:
+        lint = RuffValidator(toolchain).check(Scope(paths=tuple(files)))
+        problems += [f"{d.path}:{d.line}: {d.code} {d.message}" for d in lint.diagnostics]
+        tests = affected_tests(root, files)
+        if tests:
+            result = PytestValidator(toolchain).check(Scope(tests=tuple(tests), timeout_s=600))
+            problems += [f"{t.nodeid}: {t.outcome}" for t in result.tests if t.failing]
+    for problem in problems:
+        print(f"ralph: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def fix(repo: Path, files: list[str], max_iterations: int = 5, max_seconds: float = 120.0) -> int:
+    """A bounded loop limited to `files`; 1 when it changed them (re-stage) or could not fix them."""
+    from ralph.config import load_config
+    from ralph.session import fix as run_fix
+    from ralph.view import QuietView
+
+    root, _ = open_repo(repo)
+    files = _python_files(root, files)
+    tests = affected_tests(root, files) if files else []
+    if not tests:
+        return check(repo, files)  # nothing a loop could be judged by: only the validators
+    config = load_config(root, {"tests": tests, "max_iterations": max_iterations, "max_seconds": max_seconds})
+    outcome = run_fix(root, config, view=QuietView(), staged=True, only=files, apply=True)
+    if outcome.applied:
+        print(
+            f"ralph: fixed {', '.join(outcome.applied)} (branch {outcome.branch}); review and re-stage",
+            file=sys.stderr,
+        )
+        return 1
+    if outcome.apply_refused:
+        print(
+            f"ralph: a fix is on branch {outcome.branch}; files with unstaged changes were not written",
+            file=sys.stderr,
+        )
+        return 1
+    if outcome.result.outcome == "goal":
+        return 0
+    print(
+        f"ralph: could not fix the staged files ({outcome.result.outcome}); trace: {outcome.trace}",
+        file=sys.stderr,
+    )
+    return 1
