@@ -1,0 +1,600 @@
+"""Drafts with any model litellm reaches: hosted APIs, OpenAI-compatible servers, fill-in-the-middle models.
+
+A chat model is shown the rendered draft context and answers with SEARCH/REPLACE blocks (or a unified
+diff). A fill-in-the-middle (FIM) model is given the code before and after the body of the most
+suspicious function and writes a new body. Each completion becomes one Candidate; a reply that cannot
+be applied becomes a Candidate whose `error` is written for the model, so the loop records it and the
+next draft shows the model what went wrong.
+
+Model strings are litellm's: `anthropic/...`, `openai/...`, `ollama/...`, `openai/<name>` plus
+`api_base` for an OpenAI-compatible server (vLLM, SGLang), `inception/mercury-2` (chat) and
+`text-completion-inception/mercury-edit-2` (FIM, which litellm sends to Inception's
+`/v1/fim/completions`). Keys come from the provider's usual environment variable (OPENAI_API_KEY,
+ANTHROPIC_API_KEY, INCEPTION_API_KEY, ...) or from the variable named by `api_key_env`; they never
+reach candidates, traces or error messages (see ralph.redact).
+
+litellm is imported on first use: importing it takes seconds and runs without a model never need it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import io
+import os
+import random
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ralph.candidate import Candidate, FileChange, is_protected
+from ralph.context import localize, render
+from ralph.edits import (
+    EditError,
+    apply_search_replace,
+    apply_unified_diff,
+    parse_search_replace,
+    parse_unified_diff,
+)
+from ralph.errors import RalphError
+from ralph.protocols import DraftContext
+from ralph.redact import redact
+
+SYSTEM_PROMPT = """\
+You are an expert software engineer. You fix the bug that makes the failing checks fail, with the \
+smallest correct change to the code under test.
+
+Answer with one line that says what the fix is, then one SEARCH/REPLACE block per change:
+
+path/to/file.py
+```python
+<<<<<<< SEARCH
+the exact lines to change, copied from the current file
+=======
+the lines to put in their place
+>>>>>>> REPLACE
+```
+
+Rules:
+- Put the file's path, relative to the project root, alone on the line before each block's fence.
+- SEARCH must be a copy of lines of the current file, without the line numbers shown in the prompt, \
+and long enough to match exactly one place.
+- Change only what the fix needs; do not reformat, rename or reorder other code.
+- Never edit test files: fix the code they test.
+- To create a new file, leave SEARCH empty.
+"""
+
+REPAIR_PROMPT = """\
+# Build on the latest attempt
+The last attempt listed above is the most recent one; its change has been undone, so the code shown \
+above is the current code. Repair that attempt rather than starting over: keep what it got right, fix \
+what its rejection says, and do not send it again unchanged. Write SEARCH sections against the current \
+code."""
+
+NO_EDIT = (
+    "the reply contains no edit. Answer with one line saying what the fix is, then SEARCH/REPLACE "
+    "blocks, each written as:\npath/to/file.py\n```python\n<<<<<<< SEARCH\nexact existing lines\n"
+    "=======\nnew lines\n>>>>>>> REPLACE\n```"
+)
+
+REPEATED = (
+    "every draft repeated an edit that was already rejected; propose a different fix, guided by why "
+    "the earlier attempts were rejected"
+)
+
+# Status codes worth a retry besides 5xx: timeouts, conflicts, rate limits, 529 (Anthropic overloaded).
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 529})
+_MAX_BACKOFF_S = 30.0
+_MAX_RETRY_AFTER_S = 60.0
+# What litellm puts before the provider's message: "litellm.AuthenticationError: AuthenticationError:
+# OpenAIException - Incorrect API key provided: ..."
+_EXCEPTION_PREFIX_RE = re.compile(r"^(?:(?:litellm\.)?\w*(?:Error|Exception|Timeout)\s*[:-]\s*)+")
+_REPLY_META_CHARS = 4000
+_DETAIL_CHARS = 300
+_DESCRIPTION_CHARS = 120
+# The key vLLM and SGLang document for servers started without one; the OpenAI client refuses no key.
+_NO_KEY = "EMPTY"
+
+
+@functools.cache
+def _litellm() -> Any:
+    """litellm, imported on first use and never allowed to fetch its price list from the network."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # Through importlib so mypy does not type-check all of litellm, which ships its own types.
+    litellm: Any = importlib.import_module("litellm")
+    # Otherwise litellm prints a "Give Feedback / Get Help" banner on the user's terminal with each error.
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+@dataclass(frozen=True)
+class _Completion:
+    """One choice of a model's answer."""
+
+    text: str
+    finish_reason: str | None
+    latency_ms: float  # of the call that produced it
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One API call: its completions and what it cost."""
+
+    completions: tuple[_Completion, ...]
+    tokens: int | None
+    cost_usd: float | None
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class _Hole:
+    """The lines of one file a FIM model rewrites, and the prompt prefix it is shown before them."""
+
+    path: str
+    text: str  # the whole file, as the workspace reads it
+    head: str  # the file before the hole
+    tail: str  # the file after the hole
+    prompt: str  # `head` with a comment naming the failure just before the function
+    label: str
+
+
+class LLMDrafter:
+    """A drafter backed by any litellm model; one completion per candidate."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 120,
+        retries: int = 3,
+        temperature: float = 0.2,
+        max_tokens: int = 4096,
+        fim: bool | None = None,
+        backoff_s: float = 1.0,
+    ) -> None:
+        """`fim=None` picks fill-in-the-middle for `text-completion-*` models, chat otherwise.
+        `backoff_s` is the first retry's delay; each further retry doubles it."""
+        if not model.strip():
+            raise RalphError("the model name is empty; give a litellm model such as openai/gpt-4o-mini")
+        self.model = model
+        self.name = f"llm:{model}"
+        self.api_base = api_base or None
+        self.api_key_env = api_key_env or None
+        self.timeout_s = float(timeout_s)
+        self.retries = int(retries)
+        self.temperature = float(temperature)
+        self.max_tokens = int(max_tokens)
+        self.fim = model.startswith("text-completion-") if fim is None else bool(fim)
+        self.backoff_s = float(backoff_s)
+        if self.timeout_s <= 0 or self.retries < 0 or self.max_tokens < 1 or self.backoff_s < 0:
+            raise RalphError(
+                f"{self.name}: timeout_s and max_tokens must be positive, retries and backoff_s not negative"
+            )
+        self._api_key()  # a missing api_key_env variable is a configuration error: say so before the run
+        self._batches: bool | None = None  # whether the provider takes `n`; asked of litellm on first use
+
+    def draft(self, context: DraftContext, n: int) -> list[Candidate]:
+        """Up to `n` candidates from `n` completions, without duplicates or edits already rejected.
+
+        Raises RalphError when the model cannot be reached (after retries) or refuses the request.
+        """
+        if n < 1:
+            return []
+        if self.fim:
+            hole = _fim_hole(context)
+            if hole is None:
+                return []  # nothing suspicious to rewrite, so a FIM model has nothing to try
+            calls = self._sample({"prompt": hole.prompt, "suffix": hole.tail}, n)
+            drafts = [self._fill(hole, c) for call in calls for c in call.completions]
+        else:
+            calls = self._sample({"messages": _messages(context)}, n)
+            drafts = [self._edit(context, c) for call in calls for c in call.completions]
+        kept = _distinct(drafts, context.rejected)
+        if not kept:  # say so to the model, and keep what the calls cost on the books
+            kept = [Candidate(self.name, "a repeated edit", (), error=REPEATED, meta=drafts[0].meta)]
+        return _share(kept, calls)
+
+    # --- calls -------------------------------------------------------------------------------------
+
+    def _sample(self, request: dict[str, Any], n: int) -> list[_Call]:
+        """Calls until `n` completions came back: one call with `n` where the provider takes it."""
+        calls: list[_Call] = []
+        got = 0
+        while got < n:
+            calls.append(self._call(request, n - got if self._takes_n() else 1))
+            # An OpenAI-compatible server may ignore `n` and answer once; the next call asks for the rest.
+            got += len(calls[-1].completions)
+        return calls
+
+    def _takes_n(self) -> bool:
+        if self._batches is None:
+            litellm = _litellm()
+            try:
+                model, provider, _, _ = litellm.get_llm_provider(self.model, api_base=self.api_base)
+                params = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+            except Exception as exc:  # litellm raises assorted types for a model it cannot route
+                raise RalphError(f"{self.name}: litellm cannot use this model: {self._detail(exc)}") from None
+            self._batches = "n" in (params or ())
+        return self._batches
+
+    def _call(self, request: dict[str, Any], k: int) -> _Call:
+        """One request for `k` completions, retried with exponential backoff on transient errors."""
+        litellm = _litellm()
+        kwargs: dict[str, Any] = {
+            **request,
+            "model": self.model,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "timeout": self.timeout_s,
+            "max_retries": 0,  # the OpenAI client's own retries would hide failures from the backoff below
+            "drop_params": True,  # e.g. Inception's FIM endpoint takes no temperature
+        }
+        if k > 1:
+            kwargs["n"] = k
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if key := self._api_key():
+            kwargs["api_key"] = key
+        send = litellm.text_completion if self.fim else litellm.completion
+        started = time.perf_counter()
+        response = self._with_retries(send, kwargs)
+        latency_ms = (time.perf_counter() - started) * 1000
+        completions = tuple(
+            _Completion(_choice_text(choice), getattr(choice, "finish_reason", None), latency_ms)
+            for choice in getattr(response, "choices", None) or ()
+        )
+        usage = getattr(response, "usage", None)
+        tokens = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0) if usage else None
+        return _Call(
+            # An answer without choices still counts (and costs): asking again for it could loop forever.
+            completions or (_Completion("", None, latency_ms),),
+            tokens,
+            _cost(litellm, response, self.model),
+            latency_ms,
+        )
+
+    def _with_retries(self, send: Any, kwargs: dict[str, Any]) -> Any:
+        for attempt in range(self.retries + 1):
+            try:
+                return send(**kwargs)
+            except Exception as exc:  # litellm maps every provider failure onto its own exception types
+                failure = exc
+            if not _is_transient(failure) or attempt == self.retries:
+                break
+            time.sleep(self._delay(attempt, failure))
+        # Raised outside the handler so the provider's exception, whose text may hold the key, is not chained.
+        raise self._error(failure, attempt + 1)
+
+    def _delay(self, attempt: int, exc: Exception) -> float:
+        delay = min(self.backoff_s * 2**attempt, _MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
+        retry_after = _retry_after(exc)
+        return delay if retry_after is None else max(delay, min(retry_after, _MAX_RETRY_AFTER_S))
+
+    def _error(self, exc: Exception, attempts: int) -> RalphError:
+        """A one-line, key-free RalphError for a call that failed for good."""
+        litellm = _litellm()
+        detail = self._detail(exc)
+        status = getattr(exc, "status_code", None)
+        if _is_transient(exc):
+            tries = f"{attempts} attempts" if attempts > 1 else "1 attempt"
+            return RalphError(f"{self.name}: no answer after {tries}: {detail}")
+        auth = isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError)
+        if auth or status in (401, 403):
+            return RalphError(f"{self.name}: authentication failed ({self._key_hint()}): {detail}")
+        if isinstance(exc, litellm.NotFoundError) or status == 404:
+            return RalphError(
+                f"{self.name}: model or endpoint not found (check the model name and api_base): {detail}"
+            )
+        return RalphError(f"{self.name}: the model API refused the request: {detail}")
+
+    def _detail(self, exc: Exception) -> str:
+        """The first line of an exception's text, without litellm's prefixes and with secrets masked."""
+        text = redact(str(exc) or type(exc).__name__, [self._api_key()])
+        line = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+        line = _EXCEPTION_PREFIX_RE.sub("", line) or line
+        return line if len(line) <= _DETAIL_CHARS else line[: _DETAIL_CHARS - 3] + "..."
+
+    def _key_hint(self) -> str:
+        if self.api_key_env:
+            return f"check ${self.api_key_env}"
+        try:
+            missing = _litellm().validate_environment(self.model).get("missing_keys") or []
+        except Exception:  # only a hint: litellm may not know what this provider needs
+            missing = []
+        return "set " + ", ".join(f"${name}" for name in missing) if missing else "check the API key"
+
+    def _api_key(self) -> str | None:
+        """The key to send, when litellm's own lookup of the provider's variable is not enough."""
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise RalphError(f"{self.name}: ${self.api_key_env} is not set")
+            return key
+        local = self.api_base or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
+        if self.model.split("/", 1)[0] in ("openai", "text-completion-openai") and local:
+            return None if os.environ.get("OPENAI_API_KEY") else _NO_KEY
+        return None
+
+    # --- completions to candidates -------------------------------------------------------------------
+
+    def _meta(self, completion: _Completion) -> dict[str, object]:
+        reply = completion.text
+        if len(reply) > _REPLY_META_CHARS:
+            reply = reply[:_REPLY_META_CHARS] + "\n[...]"
+        return {
+            "model": self.model,
+            "mode": "fim" if self.fim else "chat",
+            "finish_reason": completion.finish_reason,
+            "latency_ms": round(completion.latency_ms, 1),
+            "reply": redact(reply, [self._api_key()]),
+        }
+
+    def _edit(self, context: DraftContext, completion: _Completion) -> Candidate:
+        """The candidate a chat reply proposes, or one whose error tells the model what to fix."""
+        meta = self._meta(completion)
+        summary = _summary(completion.text)
+        try:
+            changes = _changes(context, completion.text)
+        except EditError as err:
+            error = _for_model(err)
+            if completion.finish_reason == "length":
+                error += "\n(The reply was cut off at the token limit: send shorter edits.)"
+            return Candidate(self.name, summary or "an edit that did not apply", (), error=error, meta=meta)
+        description = summary or "edit " + ", ".join(change.path for change in changes)
+        return Candidate(self.name, description, changes, meta=meta)
+
+    def _fill(self, hole: _Hole, completion: _Completion) -> Candidate:
+        """The candidate a FIM completion makes: the hole's lines replaced by the completion."""
+        meta = self._meta(completion)
+        description = f"rewrite {hole.label}"
+        if not completion.text.strip():
+            return Candidate(self.name, description, (), error="the completion was empty", meta=meta)
+        # Trailing blank lines would pile up against the blank lines that already follow the hole.
+        after = hole.head + completion.text.rstrip() + "\n" + hole.tail
+        if after == hole.text:
+            error = "the completion reproduces the current code unchanged"
+            return Candidate(self.name, description, (), error=error, meta=meta)
+        return Candidate(self.name, description, (FileChange(hole.path, hole.text, after),), meta=meta)
+
+
+def create_llm_drafter(model: str, **options: Any) -> LLMDrafter:
+    """An LLMDrafter for `model`; `options` are LLMDrafter's keyword arguments (from flags or config).
+
+    Unknown options and values of the wrong type are a RalphError naming them.
+    """
+    known = [name for name in inspect.signature(LLMDrafter).parameters if name != "model"]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise RalphError(f"{model}: unknown option {', '.join(unknown)}; known: {', '.join(known)}")
+    try:
+        return LLMDrafter(model, **options)
+    except (TypeError, ValueError) as exc:
+        raise RalphError(f"{model}: bad option value ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _messages(context: DraftContext) -> list[dict[str, str]]:
+    prompt = render(context)
+    if context.attempts:
+        prompt += "\n\n" + REPAIR_PROMPT
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+
+
+def _choice_text(choice: Any) -> str:
+    """The text of a chat choice (`message.content`) or a text-completion choice (`text`)."""
+    message = getattr(choice, "message", None)
+    text = getattr(message, "content", None) if message is not None else getattr(choice, "text", None)
+    return text if isinstance(text, str) else ""
+
+
+def _cost(litellm: Any, response: Any, model: str) -> float | None:
+    try:
+        cost = litellm.completion_cost(completion_response=response, model=model)
+    except Exception:  # no price for local and unlisted models: an unknown cost, not an error
+        return None
+    return float(cost) if cost is not None else None
+
+
+def _is_transient(exc: Exception) -> bool:
+    """Whether a failure may go away on retry: rate limits, timeouts, connection and server errors."""
+    litellm = _litellm()
+    transient = (
+        litellm.RateLimitError,
+        litellm.Timeout,
+        litellm.APIConnectionError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+    )
+    if isinstance(exc, transient):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status in _TRANSIENT_STATUS or status >= 500)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The seconds a rate-limited provider asked to wait (its Retry-After header), if it said."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers is None:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+    try:
+        return float(headers.get("retry-after")) if headers is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _distinct(drafts: list[Candidate], rejected: frozenset[str]) -> list[Candidate]:
+    """The drafts without repeats and without edits rejected earlier in the run.
+
+    Error candidates all share the fingerprint of an empty edit, so they are told apart by their error.
+    """
+    seen: set[str] = set()
+    kept: list[Candidate] = []
+    for draft in drafts:
+        key = "error:" + draft.error if draft.error is not None else draft.fingerprint
+        if key in seen or (draft.error is None and key in rejected):
+            continue
+        seen.add(key)
+        kept.append(draft)
+    return kept
+
+
+def _share(candidates: list[Candidate], calls: list[_Call]) -> list[Candidate]:
+    """The candidates with the calls' time, tokens and cost shared out: their sums are the true totals."""
+    count = len(candidates)
+    draft_ms = sum(call.latency_ms for call in calls) / count
+    known_tokens = [call.tokens for call in calls if call.tokens is not None]
+    known_costs = [call.cost_usd for call in calls if call.cost_usd is not None]
+    quotient, remainder = divmod(sum(known_tokens), count)
+    cost = sum(known_costs) / count if known_costs else None
+    return [
+        replace(
+            candidate,
+            draft_ms=draft_ms,
+            tokens=quotient + (i < remainder) if known_tokens else None,
+            cost_usd=cost,
+        )
+        for i, candidate in enumerate(candidates)
+    ]
+
+
+def _summary(reply: str) -> str:
+    """The reply's first line of prose before its first edit, as a one-line description."""
+    for raw in reply.splitlines():
+        line = raw.strip()
+        if line.startswith(("```", "~~~", "<<<<<<<", "--- ", "diff ", "@@")):
+            break
+        line = line.strip("#*>`_ ").strip()
+        if " " in line:  # a line without spaces is more likely a file path than a sentence
+            return line if len(line) <= _DESCRIPTION_CHARS else line[: _DESCRIPTION_CHARS - 3] + "..."
+    return ""
+
+
+def _changes(context: DraftContext, reply: str) -> tuple[FileChange, ...]:
+    """The file changes a reply's SEARCH/REPLACE blocks (or, failing those, its unified diff) make."""
+    new: dict[str, str | None]
+    edits = parse_search_replace(reply)
+    if edits:
+        current = _current(context, [edit.path for edit in edits])
+        new = dict(apply_search_replace({p: c for p, c in current.items() if c is not None}, edits))
+    else:
+        patches = parse_unified_diff(reply)
+        if not patches:
+            raise EditError(NO_EDIT)
+        current = _current(context, [p for patch in patches for p in (patch.path, patch.old_path) if p])
+        new = apply_unified_diff({p: c for p, c in current.items() if c is not None}, patches)
+    changes = tuple(FileChange(path, current.get(path), new[path]) for path in sorted(new))
+    changes = tuple(change for change in changes if change.before != change.after)
+    if not changes:
+        raise EditError(
+            "the edit leaves every file as it is; change the code so that the failing checks pass"
+        )
+    return changes
+
+
+def _current(context: DraftContext, paths: list[str]) -> dict[str, str | None]:
+    """The current contents of the paths an edit touches (None: no such file), after refusing
+    protected paths and paths that leave the project."""
+    root = context.project.resolve()
+    current: dict[str, str | None] = {}
+    for path in dict.fromkeys(paths):
+        if is_protected(path, context.protected):
+            raise EditError(
+                f"{path} is protected (tests and other protected files must not be edited); change the "
+                "code under test instead"
+            )
+        current[path] = _read(context.project / path, root, path)
+    return current
+
+
+def _read(file: Path, root: Path, path: str) -> str | None:
+    if file.is_symlink() or not file.resolve().is_relative_to(root):
+        raise EditError(f"{path} is a symbolic link or lies outside the project; edit a regular file in it")
+    if not file.exists():
+        return None
+    if not file.is_file():
+        raise EditError(f"{path} is a directory; give the path of a file")
+    try:
+        # As the workspace reads it (universal newlines), so FileChange.before matches what it compares.
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise EditError(f"{path} is not UTF-8 text; only text files can be edited") from None
+
+
+def _for_model(err: EditError) -> str:
+    message = str(err)
+    if err.partial is not None:
+        # apply_search_replace ends with "N other blocks applied fine; don't resend them", which holds in
+        # a chat; here a reply is kept whole or not at all, so the next reply must carry them again.
+        message = message.rsplit("\n\n", 1)[0] + (
+            "\n\nThe other blocks applied, but a reply is only used when all of it applies: send every "
+            "block again, with these fixed."
+        )
+    return message
+
+
+def _fim_hole(context: DraftContext) -> _Hole | None:
+    """The body of the most suspicious function (docstring kept), or the suspicious lines' window."""
+    suspicious = [
+        (path, line) for path, line in context.suspicious if not is_protected(path, context.protected)
+    ]
+    snippets = localize(context.project, suspicious, limit=1)
+    if not snippets:
+        return None
+    snippet = snippets[0]
+    try:
+        text = (context.project / snippet.path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    lines = io.StringIO(text).readlines()  # split at "\n" only, as ast counts lines
+    start = _body_start(text, snippet.start, snippet.end) or snippet.start
+    head, tail = "".join(lines[: start - 1]), "".join(lines[snippet.end :])
+    hint = _failure_hint(context, lines[snippet.start - 1]) if snippet.path.endswith(".py") else ""
+    prompt = "".join(lines[: snippet.start - 1]) + hint + "".join(lines[snippet.start - 1 : start - 1])
+    label = f"{snippet.path} lines {start}-{snippet.end}"
+    return _Hole(snippet.path, text, head, tail, prompt, label)
+
+
+def _body_start(source: str, start: int, end: int) -> int | None:
+    """The first body line after the docstring of the function spanning lines start..end, when that
+    body begins on a line of its own (else the whole function is rewritten)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    lines = io.StringIO(source).readlines()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno) != (start, end):
+            continue
+        head = node.body[0]
+        docstring = (
+            isinstance(head, ast.Expr)
+            and isinstance(head.value, ast.Constant)
+            and isinstance(head.value.value, str)
+        )
+        first = node.body[1] if docstring and len(node.body) > 1 else head
+        own_line = not lines[first.lineno - 1][: first.col_offset].strip()
+        return first.lineno if own_line else None
+    return None
+
+
+def _failure_hint(context: DraftContext, first_line: str) -> str:
+    """A comment naming the first failing test and its assertion, indented like the function."""
+    if not context.failing_tests:
+        return ""
+    test = context.failing_tests[0]
+    last = next((line.strip() for line in reversed(test.message.splitlines()) if line.strip()), "")
+    note = f"{test.nodeid} fails: {last}" if last else f"{test.nodeid} fails"
+    indent = first_line[: len(first_line) - len(first_line.lstrip())]
+    return f"{indent}# Bug: {note[:200]}\n"
