@@ -40,8 +40,14 @@ def fix(
     check: Annotated[
         list[str] | None, typer.Option("--check", help="Extra check command, exit 0 = pass.")
     ] = None,
-    drafter: Annotated[str | None, typer.Option(help="auto, mutation, replay:FILE or module:Class.")] = None,
-    router: Annotated[str | None, typer.Option(help="Routing policy.")] = None,
+    drafter: Annotated[
+        str | None,
+        typer.Option(help="auto, mutation, replay:FILE, diffusion:MODEL, a litellm model, module:Class."),
+    ] = None,
+    deep: Annotated[str | None, typer.Option(help="The deep reasoner: a litellm model string.")] = None,
+    router: Annotated[
+        str | None, typer.Option(help="stall (default), fast, deep, cascade or module:Class.")
+    ] = None,
     candidates: Annotated[int | None, typer.Option(help="Candidates per iteration.")] = None,
     max_iterations: Annotated[int | None, typer.Option(help="Iteration budget (default 20).")] = None,
     max_seconds: Annotated[float | None, typer.Option(help="Wall-time budget in seconds.")] = None,
@@ -70,6 +76,7 @@ def fix(
         "tests": tests or None,
         "checks": check or None,
         "drafter": drafter,
+        "deep": deep,
         "router": router,
         "candidates": candidates,
         "max_iterations": max_iterations,

@@ -61,10 +61,21 @@ def fix(
     run_id = new_run_id()
     branch_name = branch or f"ralph/{run_id}"
     check_branch_name(snap.toplevel, branch_name)
-    drafter, notice = create_drafter(config.drafter)
+    models = {name: m.model_dump() for name, m in config.models.items()}
+    fast_spec = config.drafter
+    if fast_spec == "auto" and config.deep:
+        fast_spec = "mutation"  # the deep model is configured; the offline drafter stays the fast one
+    drafter, notice = create_drafter(fast_spec, models=models, sampler=config.sampler)
     if notice:
         view.notice(notice)
-    router = create_router(config.router, fast=drafter.name, n=config.candidates)
+    drafters = {drafter.name: drafter}
+    deep = None
+    if config.deep:
+        deep, _ = create_drafter(config.deep, models=models, sampler=config.sampler)
+        drafters[deep.name] = deep
+    router = create_router(
+        config.router, fast=drafter.name, deep=deep.name if deep else None, n=config.candidates, k=config.k
+    )
     exclude_ralph_dir(snap.toplevel)
     if trace_path is None:
         trace_path = snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
@@ -106,7 +117,7 @@ def fix(
             "snapshot_commit": snap.commit,
             "branch": branch_name,
             "config": config.model_dump(),
-            "drafters": {drafter.name: type(drafter).__name__},
+            "drafters": {d.name: type(d).__name__ for d in drafters.values()},
             "python": toolchain.python,
             "started": time.time(),
         }
@@ -128,7 +139,7 @@ def fix(
             task=config.task,
             workspace=workspace,
             verifier=verifier,
-            drafters={drafter.name: drafter},
+            drafters=drafters,
             router=router,
             branch=ralph_branch,
             trace=trace,

@@ -1,18 +1,25 @@
-"""Drafter registry: built-in names, `replay:FILE`, or a dotted path `package.module:Class`."""
+"""Drafter registry: built-in names, `replay:FILE`, `diffusion:MODEL`, any litellm model string
+(anything with a `/`), or a dotted path `package.module:Class`."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 from ralph.errors import RalphError
 from ralph.protocols import Drafter
 
-BUILTIN = ("auto", "mutation", "replay:FILE")
+BUILTIN = ("auto", "mutation", "replay:FILE", "diffusion:MODEL", "PROVIDER/MODEL (litellm)")
 
 
-def create_drafter(spec: str) -> tuple[Drafter, str | None]:
-    """The drafter for `spec`, and a one-line notice when `auto` had to fall back."""
+def create_drafter(
+    spec: str, *, models: dict[str, dict[str, Any]] | None = None, sampler: dict[str, Any] | None = None
+) -> tuple[Drafter, str | None]:
+    """The drafter for `spec`, and a one-line notice when `auto` had to fall back.
+
+    `models` holds per-model settings (api_base, timeouts) for litellm drafters; `sampler` the
+    diffusion sampler's settings."""
     from ralph.drafters.mutation import MutationDrafter
 
     if spec == "auto":
@@ -23,7 +30,16 @@ def create_drafter(spec: str) -> tuple[Drafter, str | None]:
         from ralph.drafters.replay import ReplayDrafter
 
         return ReplayDrafter(Path(spec.removeprefix("replay:"))), None
-    if ":" in spec and "/" not in spec and not spec.startswith("diffusion:"):
+    if spec.startswith("diffusion:"):
+        from ralph.drafters.diffusion import create_diffusion_drafter
+
+        return create_diffusion_drafter(spec, **(sampler or {})), None
+    if "/" in spec:  # a litellm model string; ollama tags have both "/" and ":"
+        from ralph.drafters.llm import create_llm_drafter
+
+        options = {k: v for k, v in ((models or {}).get(spec) or {}).items() if v is not None}
+        return create_llm_drafter(spec, **options), None
+    if ":" in spec:
         module_name, _, attr = spec.partition(":")
         try:
             drafter = getattr(importlib.import_module(module_name), attr)()

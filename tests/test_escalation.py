@@ -1,0 +1,40 @@
+"""End to end: the offline drafter stalls on a bug it cannot express, the stall router escalates to a
+deep model (a loopback OpenAI-compatible server), which fixes it; the trace records why."""
+
+from __future__ import annotations
+
+from ralph.config import RunConfig
+from ralph.session import fix
+from ralph.trace import read_trace
+from ralph.view import QuietView
+from tests.llm_server import FakeModelServer
+
+# `abs` is missing: no single-token mutation can add it.
+FILES = {
+    "dist.py": "def distance(a, b):\n    return a - b\n",
+    "tests/test_dist.py": "from dist import distance\n\n\ndef test_distance():\n    assert distance(1, 3) == distance(3, 1) == 2\n",
+}
+REPLY = (
+    "The distance must not be negative.\n\n"
+    "dist.py\n```python\n<<<<<<< SEARCH\n    return a - b\n=======\n    return abs(a - b)\n>>>>>>> REPLACE\n```\n"
+)
+
+
+def test_stall_escalates_to_the_deep_model_which_fixes_the_bug(make_repo, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-escalation")
+    repo = make_repo(FILES)
+    with FakeModelServer() as server:
+        server.reply(REPLY)
+        config = RunConfig(
+            deep="openai/fake-coder",
+            k=2,
+            candidates=2,
+            models={"openai/fake-coder": {"api_base": server.base_url, "timeout_s": 10}},
+        )
+        outcome = fix(repo, config, view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    iterations = [r for r in read_trace(outcome.trace) if r["type"] == "iteration"]
+    assert [r["drafter"] for r in iterations][-1] == "llm:openai/fake-coder"
+    assert "escalate" in iterations[-1]["route"]["reason"]
+    assert iterations[-1]["candidates"][-1]["verdict"] == "accepted"
+    assert "sk-test-SECRET-escalation" not in outcome.trace.read_text()
