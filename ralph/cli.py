@@ -120,6 +120,41 @@ def fix(
 
 
 @app.command()
+def ci(
+    path: Annotated[Path, typer.Argument(help="The repository whose checks failed.")] = Path("."),
+    pr: Annotated[bool, typer.Option("--pr", help="Open or update a pull request (GITHUB_TOKEN).")] = False,
+    remote: Annotated[str, typer.Option(help="The remote to push the fix branch to.")] = "origin",
+    drafter: Annotated[str | None, typer.Option(help="The fast drafter.")] = None,
+    deep: Annotated[str | None, typer.Option(help="The deep reasoner (a litellm model).")] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Iteration budget.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(help="Wall-time budget.")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="Cost budget (USD).")] = None,
+) -> None:
+    """The CI bot: fix the failing checks, push a fix branch, write a summary (and a pull request)."""
+    import os
+
+    from ralph.ci import run_ci
+    from ralph.config import load_config
+    from ralph.view import QuietView
+
+    if not path.is_dir():
+        raise RalphError(f"{path}: no such directory")
+    overrides = {
+        "drafter": drafter,
+        "deep": deep,
+        "max_iterations": max_iterations,
+        "max_seconds": max_seconds,
+        "max_cost": max_cost,
+    }
+    result = run_ci(path, load_config(path, overrides), view=QuietView(), remote=remote, pr=pr)
+    print(result.summary)
+    if summary_file := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(summary_file, "a", encoding="utf-8") as f:
+            f.write(result.summary)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
 def precommit(
     files: Annotated[
         list[str] | None, typer.Argument(help="The staged files (pre-commit passes them).")

@@ -147,7 +147,9 @@ def test_narrowed_targets_ignore_other_failures(make_repo):
     assert outcome.result.outcome == "goal"
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir()))
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "pyproject.toml").exists())
+)
 def test_every_example_is_fixed_offline(example, tmp_path):
     repo = tmp_path / example
     shutil.copytree(EXAMPLES / example, repo)

@@ -1,0 +1,147 @@
+"""`ralph ci`: a fix branch pushed to a real (local bare) remote, a summary, idempotence, and pull
+requests against a loopback stand-in for GitHub's API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+from tests.conftest import BUGGY_WINDOWS, git
+
+
+def clone_with_failure(tmp_path: Path, make_repo) -> tuple[Path, Path]:
+    origin = make_repo(BUGGY_WINDOWS, name="origin")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(origin), str(remote))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(remote), str(work))
+    return work, remote
+
+
+def ralph_ci(work: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ralph", "ci", ".", *args],
+        cwd=work,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_ci_pushes_a_fix_branch_and_writes_a_summary_then_does_nothing_the_second_time(tmp_path, make_repo):
+    work, remote = clone_with_failure(tmp_path, make_repo)
+    summary_file = tmp_path / "step-summary.md"
+    first = ralph_ci(work, env={"GITHUB_STEP_SUMMARY": str(summary_file)})
+    assert first.returncode == 0, first.stderr
+    branch = "ralph/ci-" + git(work, "rev-parse", "--short=12", "HEAD").strip()
+    assert git(remote, "branch", "--list", branch).strip().endswith(branch)
+    assert "range(len(xs) - k + 1)" in git(remote, "show", f"{branch}:windows.py")
+    summary = summary_file.read_text()
+    assert "## ralph: goal" in summary and "tests/test_windows.py::test_every_window" in summary
+    assert "```diff" in summary and f"Branch: `{branch}`" in summary and "Trace:" in summary
+    assert first.stdout.strip() == summary.strip()
+
+    second = ralph_ci(work)
+    assert second.returncode == 0, second.stderr
+    assert "already on branch" in second.stdout
+    assert git(remote, "branch", "--list", "ralph/*").split() == [branch]
+
+
+class FakeGitHub(BaseHTTPRequestHandler):
+    calls: ClassVar[list[tuple[str, str, dict | None]]] = []
+    open_prs: ClassVar[list[dict]] = []
+
+    def _reply(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self) -> dict | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        assert self.headers["Authorization"] == "Bearer ghp-test-TOKEN"
+        FakeGitHub.calls.append((self.command, self.path, body))
+        return body
+
+    def do_GET(self) -> None:
+        self._record()
+        self._reply(200, FakeGitHub.open_prs)
+
+    def do_POST(self) -> None:
+        self._record()
+        self._reply(201, {"number": 7, "html_url": "https://github.example/acme/demo/pull/7"})
+
+    def do_PATCH(self) -> None:
+        self._record()
+        self._reply(200, {"number": 7, "html_url": "https://github.example/acme/demo/pull/7"})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def serve() -> tuple[ThreadingHTTPServer, str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeGitHub)
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}"
+
+
+def test_pr_is_opened_then_updated_through_the_github_api(tmp_path, make_repo):
+    FakeGitHub.calls, FakeGitHub.open_prs = [], []
+    server, url = serve()
+    env = {"GITHUB_API_URL": url, "GITHUB_TOKEN": "ghp-test-TOKEN", "GITHUB_REPOSITORY": "acme/demo"}
+    try:
+        work, remote = clone_with_failure(tmp_path, make_repo)
+        proc = ralph_ci(work, "--pr", env={**env, "GITHUB_BASE_REF": "main"})
+        assert proc.returncode == 0, proc.stderr
+        assert "https://github.example/acme/demo/pull/7" in proc.stdout
+        method, path, body = FakeGitHub.calls[-1]
+        assert (method, path) == ("POST", "/repos/acme/demo/pulls")
+        assert (
+            body["base"] == "main"
+            and body["head"].startswith("ralph/ci-")
+            and "## ralph: goal" in body["body"]
+        )
+
+        # An open pull request for the branch is updated, not duplicated.
+        FakeGitHub.open_prs = [{"number": 7, "html_url": "https://github.example/acme/demo/pull/7"}]
+        git(remote, "branch", "-D", body["head"])
+        proc = ralph_ci(work, "--pr", env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert [c[0] for c in FakeGitHub.calls[-2:]] == ["GET", "PATCH"]
+        assert "ghp-test-TOKEN" not in proc.stdout + proc.stderr
+    finally:
+        server.shutdown()
+
+
+def test_pr_without_a_token_is_a_one_line_error(tmp_path, make_repo):
+    work, _ = clone_with_failure(tmp_path, make_repo)
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "GH_TOKEN")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ralph", "ci", ".", "--pr"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("ralph: error: --pr needs a token")
+
+
+def test_the_action_and_the_example_workflow_run_ralph_ci():
+    import yaml
+
+    root = Path(__file__).parent.parent
+    action = yaml.safe_load((root / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    steps = " ".join(str(step.get("run", "")) + str(step.get("uses", "")) for step in action["runs"]["steps"])
+    assert "ralph" in steps and "args=(ci" in steps and "upload-artifact" in steps
+    workflow = yaml.safe_load((root / "examples" / "github" / "ralph-on-failure.yml").read_text())
+    job_steps = workflow["jobs"]["test"]["steps"]
+    assert any("failure()" in str(step.get("if", "")) for step in job_steps)
