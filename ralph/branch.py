@@ -7,17 +7,16 @@ from pathlib import Path
 
 from ralph.candidate import FileChange
 from ralph.errors import RalphError
-from ralph.gitops import Snapshot, commit_changes, read_blob, set_branch
+from ralph.gitops import Snapshot, commit_changes, read_blob, run_git, set_branch
 
 
 class RalphBranch:
     """Created at the first accepted candidate; HEAD, the index and the working tree are never touched."""
 
-    def __init__(self, snap: Snapshot, name: str) -> None:
+    def __init__(self, snap: Snapshot, name: str, tip: str | None = None) -> None:
         self.snap = snap
         self.name = name
-        self.tip: str | None = None  # None until something was accepted
-        self.changed: dict[str, str | None] = {}  # toplevel-relative path -> final content
+        self.tip = tip  # None until something was accepted
 
     def _full(self, path: str) -> str:
         return f"{self.snap.subdir}/{path}" if self.snap.subdir else path
@@ -28,15 +27,22 @@ class RalphBranch:
         commit = commit_changes(self.snap.toplevel, parent, files, message)
         set_branch(self.snap.toplevel, self.name, commit, self.tip)
         self.tip = commit
-        self.changed.update(files)
         return commit
+
+    def changed(self) -> dict[str, str | None]:
+        """Toplevel-relative path -> content at the tip (None: deleted), for files the branch changed."""
+        if self.tip is None:
+            return {}
+        names = run_git(self.snap.toplevel, "diff", "--name-only", "-z", self.snap.commit, self.tip)
+        return {p: read_blob(self.snap.toplevel, self.tip, p) for p in names.split("\0") if p}
 
     def apply_to_working_tree(self) -> list[str]:
         """Write the branch's changes into the user's working tree (not the index), only where the
         files are still as they were at the snapshot; otherwise change nothing and raise."""
+        changed = self.changed()
         moved = [
             path
-            for path in self.changed
+            for path in changed
             if _read(self.snap.toplevel / path) != read_blob(self.snap.toplevel, self.snap.commit, path)
         ]
         if moved:
@@ -44,7 +50,7 @@ class RalphBranch:
                 f"--apply refused: changed since the run started: {', '.join(sorted(moved))} "
                 f"(the fix is on branch {self.name})"
             )
-        for path, content in self.changed.items():
+        for path, content in changed.items():
             target = self.snap.toplevel / path
             if content is None:
                 target.unlink(missing_ok=True)
@@ -55,7 +61,7 @@ class RalphBranch:
                 if target.exists():
                     tmp.chmod(target.stat().st_mode)
                 tmp.replace(target)
-        return sorted(self.changed)
+        return sorted(changed)
 
 
 def _read(file: Path) -> str | None:

@@ -65,6 +65,9 @@ def fix(
         bool | None, typer.Option("--allow-test-edits", help="Let drafters edit tests.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+    resume: Annotated[
+        str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
+    ] = None,
 ) -> None:
     """Loop until the project's checks pass: route, draft, verify, decide, trace."""
     from ralph.config import load_config
@@ -86,17 +89,30 @@ def fix(
         "types": types,
         "allow_test_edits": allow_test_edits,
     }
-    if path.is_dir():
-        config = load_config(path, overrides)
-    else:
+    if not path.is_dir():
         raise RalphError(f"{path}: no such directory")
+    resumed = None
+    if resume:
+        from ralph.session import load_resume
+
+        resumed = load_resume(path, resume)
+        budgets = {
+            k: overrides[k] for k in ("max_iterations", "max_seconds", "max_cost") if overrides[k] is not None
+        }
+        config = resumed.config.model_copy(update=budgets)
+    else:
+        config = load_config(path, overrides)
     console = Console(soft_wrap=True)
     if as_json:
-        outcome = run_fix(path, config, view=QuietView(), branch=branch, apply=apply, trace_path=trace)
+        outcome = run_fix(
+            path, config, view=QuietView(), branch=branch, apply=apply, trace_path=trace, resume=resumed
+        )
     else:
         console.print(f"[bold]ralph fix[/] {path}", highlight=False)
         with RichView(console) as view:
-            outcome = run_fix(path, config, view=view, branch=branch, apply=apply, trace_path=trace)
+            outcome = run_fix(
+                path, config, view=view, branch=branch, apply=apply, trace_path=trace, resume=resumed
+            )
     result = outcome.result
     summary = {
         "outcome": result.outcome,

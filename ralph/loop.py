@@ -64,10 +64,13 @@ class Loop:
     budget: Budget
     protected: tuple[str, ...]
 
-    def run(self, state: Observation) -> RunResult:
-        """Drive `state` (the verified baseline) towards zero remaining error."""
+    def run(self, state: Observation, done: tuple[int, float] = (0, 0.0)) -> RunResult:
+        """Drive `state` (the verified baseline) towards zero remaining error; `done` is (iterations,
+        cost) already spent by the run this one resumes, which count against the budgets."""
         start = time.monotonic()
-        result = RunResult("goal", remaining=self.verifier.score(state).remaining)
+        result = RunResult(
+            "goal", iterations=done[0], cost_usd=done[1], remaining=self.verifier.score(state).remaining
+        )
         result.remaining_at_start = result.remaining
         memory = Memory()
         try:

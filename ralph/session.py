@@ -6,7 +6,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ralph.branch import RalphBranch
@@ -14,14 +14,24 @@ from ralph.candidate import PROTECTED_TESTS
 from ralph.config import RunConfig
 from ralph.drafters import create_drafter
 from ralph.errors import RalphError
-from ralph.gitops import check_branch_name, exclude_ralph_dir, materialize, snapshot
+from ralph.gitops import (
+    Snapshot,
+    check_branch_name,
+    exclude_ralph_dir,
+    materialize,
+    open_repo,
+    run_git,
+    snapshot,
+)
 from ralph.loop import Budget, Loop, RunResult, View
-from ralph.trace import TraceWriter
+from ralph.score import Observation
+from ralph.trace import TraceWriter, read_trace
 from router import create_router
 from sandboxes.local import LocalSandbox
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
+from validators.report import StageResult
 from validators.toolchain import Toolchain, find_python
 
 
@@ -44,6 +54,56 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a killed or interrupted run stopped, read back from its trace."""
+
+    run_id: str
+    trace: Path
+    config: RunConfig
+    snap: Snapshot
+    branch: str
+    tip: str | None
+    iterations: int
+    cost_usd: float
+    baseline: Observation
+
+
+def load_resume(path: Path, run_id: str) -> Resume:
+    """The state of run `run_id` of the repository at `path`; a torn last record is cut off first."""
+    toplevel, subdir = open_repo(path)
+    trace = toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
+    if not trace.is_file():
+        raise RalphError(f"--resume {run_id}: no trace at {trace}")
+    data = trace.read_bytes()
+    if data and not data.endswith(b"\n"):  # a crash mid-write: drop the torn record
+        trace.write_bytes(data[: data.rfind(b"\n") + 1])
+    records = read_trace(trace)
+    start = next((r for r in records if r["type"] == "run_start" and "baseline" in r), None)
+    if start is None or "stages" not in (start.get("baseline") or {}):
+        raise RalphError(f"--resume {run_id}: the trace has no finished baseline to resume from")
+    if any(r["type"] == "run_end" and r.get("outcome") == "goal" for r in records):
+        raise RalphError(f"--resume {run_id}: that run already reached its goal")
+    iterations = [r for r in records if r["type"] == "iteration"]
+    tip = next((r["commit"] for r in reversed(iterations) if r.get("commit")), None)
+    baseline = Observation()
+    for stage in start["baseline"]["stages"]:
+        baseline = baseline.overlay(StageResult.from_json(stage))
+    commit = start["snapshot_commit"]
+    tree = run_git(toplevel, "rev-parse", f"{commit}^{{tree}}").strip()
+    return Resume(
+        run_id=run_id,
+        trace=trace,
+        config=RunConfig.model_validate(start["config"]),
+        snap=Snapshot(toplevel, start.get("base_commit"), commit, tree, subdir),
+        branch=start["branch"],
+        tip=tip,
+        iterations=max((r["i"] for r in iterations), default=0),
+        cost_usd=sum(float(r.get("cost_usd") or 0.0) for r in iterations),
+        baseline=baseline,
+    )
+
+
 def fix(
     path: Path,
     config: RunConfig,
@@ -54,13 +114,23 @@ def fix(
     trace_path: Path | None = None,
     staged: bool = False,
     only: list[str] | None = None,
+    resume: Resume | None = None,
 ) -> FixOutcome:
     """Run the loop on the repository at `path`; the user's HEAD, index and working tree stay as they are.
-    `staged` starts from the index instead of the working tree; `only` limits edits to these files."""
-    snap = snapshot(path, staged=staged)
-    run_id = new_run_id()
-    branch_name = branch or f"ralph/{run_id}"
-    check_branch_name(snap.toplevel, branch_name)
+    `staged` starts from the index instead of the working tree; `only` limits edits to these files;
+    `resume` continues a killed or interrupted run where its trace says it stopped."""
+    if resume is not None:
+        snap, run_id, branch_name, trace_path = resume.snap, resume.run_id, resume.branch, resume.trace
+        current = run_git(
+            snap.toplevel, "for-each-ref", "--format=%(objectname)", f"refs/heads/{branch_name}"
+        )
+        if (current.strip() or None) != resume.tip:
+            raise RalphError(f"--resume {run_id}: branch {branch_name} moved since the run stopped")
+    else:
+        snap = snapshot(path, staged=staged)
+        run_id = new_run_id()
+        branch_name = branch or f"ralph/{run_id}"
+        check_branch_name(snap.toplevel, branch_name)
     models = {name: m.model_dump() for name, m in config.models.items()}
     fast_spec = config.drafter
     if fast_spec == "auto" and config.deep:
@@ -84,7 +154,12 @@ def fix(
     trace = TraceWriter(trace_path)
     verifier: Verifier | None = None
     try:
-        materialize(snap, tmp / "ws")
+        start_tree = (
+            run_git(snap.toplevel, "rev-parse", f"{resume.tip}^{{tree}}").strip()
+            if resume and resume.tip
+            else snap.tree
+        )
+        materialize(replace(snap, tree=start_tree), tmp / "ws")
         workspace = Workspace(tmp / "ws", snap.subdir)
         toolchain = Toolchain(
             python=find_python(project_dir, snap.toplevel, config.python),
@@ -120,6 +195,7 @@ def fix(
             "drafters": {d.name: type(d).__name__ for d in drafters.values()},
             "python": toolchain.python,
             "started": time.time(),
+            **({"resumed_after": resume.iterations} if resume else {}),
         }
         try:
             state, stages = verifier.baseline()
@@ -127,6 +203,8 @@ def fix(
             trace.write("run_start", **start_record, baseline={"error": str(exc)})
             trace.write("run_end", outcome="error", error=str(exc), iterations=0)
             raise
+        if resume is not None:  # scores stay relative to the run's original starting state
+            verifier.baseline_obs = resume.baseline
         score = verifier.score(state)
         baseline = {
             "remaining": score.remaining,
@@ -134,7 +212,7 @@ def fix(
             "stages": [s.to_json() for s in stages],
         }
         trace.write("run_start", **start_record, baseline=baseline)
-        ralph_branch = RalphBranch(snap, branch_name)
+        ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
         loop = Loop(
             task=config.task,
             workspace=workspace,
@@ -147,7 +225,7 @@ def fix(
             budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
             protected=protected,
         )
-        result = loop.run(state)
+        result = loop.run(state, done=(resume.iterations, resume.cost_usd) if resume else (0, 0.0))
         applied: list[str] = []
         if apply and ralph_branch.tip:
             try:

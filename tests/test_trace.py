@@ -95,3 +95,56 @@ def test_ctrl_c_records_interrupted_and_exits_130(make_repo, tmp_path):
     assert read_trace(trace)[-1]["type"] == "run_end"
     assert read_trace(trace)[-1]["outcome"] == "interrupted"
     assert git(repo, "status", "--porcelain") == status
+
+
+TWO_BUGS = {
+    "calc.py": "def double(x):\n    return x * 3\n\n\ndef inc(x):\n    return x - 1\n",
+    "tests/test_calc.py": (
+        "import time\n\nfrom calc import double, inc\n\n\n"
+        "def test_double():\n    time.sleep(0.3)\n    assert double(2) == 4\n\n\n"
+        "def test_inc():\n    time.sleep(0.3)\n    assert inc(1) == 2\n"
+    ),
+}
+
+
+def test_a_killed_run_resumes_where_it_stopped(make_repo):
+    repo = make_repo(TWO_BUGS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--candidates", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    runs = repo / ".ralph" / "runs"
+    deadline = time.monotonic() + 90
+    trace = None
+    try:
+        while time.monotonic() < deadline:
+            traces = list(runs.glob("*/trace.jsonl")) if runs.exists() else []
+            if traces and any(r["type"] == "iteration" and r["commit"] for r in read_trace(traces[0])):
+                trace = traces[0]
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=10)
+    assert trace is not None, "the run never accepted a first fix"
+    done = [r for r in read_trace(trace) if r["type"] == "iteration"]
+    branch = read_trace(trace)[0]["branch"]
+    tip = git(repo, "rev-parse", branch).strip()
+    with trace.open("a") as f:
+        f.write('{"type": "iteration", "i": 99, "torn')  # a crash mid-write
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--resume", trace.parent.name, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    iterations = [r for r in read_trace(trace) if r["type"] == "iteration"]
+    numbers = [r["i"] for r in iterations]
+    assert numbers == sorted(set(numbers)) and numbers[: len(done)] == [r["i"] for r in done]  # none redone
+    assert 99 not in numbers
+    assert git(repo, "merge-base", "--is-ancestor", tip, branch) == ""  # the branch grew from where it was
+    fixed = git(repo, "show", f"{branch}:calc.py")
+    assert "x * 2" in fixed and "x + 1" in fixed

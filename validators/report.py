@@ -85,3 +85,25 @@ class StageResult:
         ]
         data["checked"] = [list(c) for c in self.checked]
         return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageResult:
+        """A stage back from its trace form (to resume a run from its trace)."""
+        return cls(
+            stage=data["stage"],
+            ok=data["ok"],
+            duration_ms=data.get("duration_ms", 0.0),
+            detail=data.get("detail", ""),
+            tests=[
+                TestResult(t["nodeid"], t["outcome"], t.get("duration_s", 0.0), t.get("message", ""))
+                for t in data.get("tests", [])
+            ],
+            diagnostics=[Diagnostic(**d) for d in data.get("diagnostics", [])],
+            checked=[(c[0], c[1]) for c in data.get("checked", [])],
+            complete_tool=data.get("complete_tool"),
+            checks=[
+                CheckResult(c["command"], c["passed"], c.get("output", "")) for c in data.get("checks", [])
+            ],
+            syntax_errors=dict(data.get("syntax_errors", {})),
+            skipped=data.get("skipped", False),
+        )
