@@ -285,6 +285,34 @@ def bench_verify_command(
     Console().print(table)
 
 
+@bench.command("drafter")
+def bench_drafter_command(
+    model: Annotated[str, typer.Option(help="A diffusion model: Hugging Face id or local path.")],
+    device: Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when present).")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON list, an entry per setting.")
+    ] = False,
+) -> None:
+    """NFE per token and tokens/s for each sampler setting on one prompt set."""
+    from ralph.bench.drafter import bench_drafter
+
+    rows = bench_drafter(model, device=device)
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(title=f"ralph bench drafter {model}")
+    for column in ("setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            *(
+                str(round(v, 2) if isinstance(v, float) else v)
+                for v in (row[c] for c in ("setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"))
+            )
+        )
+    Console().print(table)
+
+
 @bench.command("fix")
 def bench_fix_command(
     tasks: Annotated[

@@ -3,6 +3,7 @@ theirs, and on oracle models that know the fix, to check the candidates it turns
 
 from __future__ import annotations
 
+import json
 import string
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -346,3 +347,13 @@ def test_out_of_range_options_are_rejected_before_loading_anything() -> None:
         create_diffusion_drafter("diffusion:org/model", answer_tokens=0)
     with pytest.raises(RalphError, match="mode 'fast'"):
         create_diffusion_drafter("diffusion:org/model", mode="fast")
+
+
+def test_bench_drafter_command_prints_one_entry_per_setting(bert_dir: Path) -> None:
+    from tests.conftest import run_ralph
+
+    proc = run_ralph("bench", "drafter", "--model", str(bert_dir), "--device", "cpu", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert len(rows) >= 3
+    assert all({"setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"} <= row.keys() for row in rows)
