@@ -6,11 +6,11 @@ no drafter has anything left to try. A policy can also be a user's class, given 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ralph.errors import RalphError
+from ralph.plugins import instantiate
 from ralph.protocols import IterationSummary, RouteDecision, Router
 
 
@@ -137,12 +137,8 @@ def create_router(
         chosen = list(tiers) or [Tier(fast, n, k), *([Tier(deep, 1, k)] if deep else [])]
         return CascadePolicy(chosen)
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            policy = getattr(importlib.import_module(module_name), attr)()
-        except (ImportError, AttributeError, TypeError) as exc:
-            raise RalphError(f"--router {name}: cannot load it ({exc})") from None
+        policy = instantiate(name, "--router")
         if not callable(getattr(policy, "route", None)):
             raise RalphError(f"--router {name}: not a routing policy (needs route(history, drafters))")
-        return policy
+        return policy  # type: ignore[return-value]
     raise RalphError(f"unknown router {name!r}; available: fast, deep, stall, cascade, or module:Class")

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
 from ralph.errors import RalphError
+from ralph.plugins import instantiate
 from ralph.protocols import Drafter
 
 BUILTIN = ("auto", "mutation", "replay:FILE", "diffusion:MODEL", "PROVIDER/MODEL (litellm)")
@@ -40,11 +40,7 @@ def create_drafter(
         options = {k: v for k, v in ((models or {}).get(spec) or {}).items() if v is not None}
         return create_llm_drafter(spec, **options), None
     if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-        try:
-            drafter = getattr(importlib.import_module(module_name), attr)()
-        except (ImportError, AttributeError, TypeError) as exc:
-            raise RalphError(f"--drafter {spec}: cannot load it ({exc})") from None
+        drafter = instantiate(spec, "--drafter")
         if not isinstance(drafter, Drafter):
             raise RalphError(f"--drafter {spec}: not a Drafter (needs `name` and `draft(context, n)`)")
         return drafter, None

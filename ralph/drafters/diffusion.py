@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ralph.candidate import Candidate, FileChange, is_protected
 from ralph.context import Snippet, localize, render
+from ralph.drafters.queue import CandidateQueue
 from ralph.edits import EditError, apply_search_replace, parse_search_replace
 from ralph.errors import RalphError
 from ralph.protocols import DraftContext
@@ -420,28 +421,13 @@ class DiffusionDrafter:
             sampler = SETTINGS[sampler]
         self.settings: SamplerSettings = sampler
         self._generator = torch.Generator(device=lm.device).manual_seed(self.options.seed)
-        self._state_id: int | None = None
         self._context: DraftContext | None = None
-        self._queue: Iterator[Candidate] = iter(())
-        self._proposed: set[str] = set()
+        self._queue = CandidateQueue(self._candidates)
 
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
         """Up to `n` candidates not yet proposed for this state nor rejected."""
         self._context = context  # chat rounds render the latest attempts and rejections
-        if context.state_id != self._state_id:
-            self._state_id = context.state_id
-            self._queue = self._candidates(context)
-            self._proposed.clear()
-        out: list[Candidate] = []
-        for candidate in self._queue:
-            key = f"error:{candidate.error}" if candidate.error else candidate.fingerprint
-            if key in self._proposed or (not candidate.error and candidate.fingerprint in context.rejected):
-                continue
-            self._proposed.add(key)
-            out.append(candidate)
-            if len(out) >= n:
-                break
-        return out
+        return self._queue.take(context, n)
 
     def _candidates(self, context: DraftContext) -> Iterator[Candidate]:
         mode = self.options.mode

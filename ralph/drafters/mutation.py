@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ralph.candidate import Candidate, FileChange, is_protected
 from ralph.drafters.mutation_ops import generate_mutants
+from ralph.drafters.queue import CandidateQueue
 from ralph.protocols import DraftContext
 from validators.toolchain import ruff_bin
 
@@ -23,24 +24,10 @@ class MutationDrafter:
     name = "mutation"
 
     def __init__(self) -> None:
-        self._state_id: int | None = None
-        self._queue: Iterator[Candidate] = iter(())
-        self._proposed: set[str] = set()
+        self._queue = CandidateQueue(self._candidates)
 
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
-        if context.state_id != self._state_id:
-            self._state_id = context.state_id
-            self._queue = self._candidates(context)
-            self._proposed.clear()
-        out: list[Candidate] = []
-        for candidate in self._queue:
-            if candidate.fingerprint in context.rejected or candidate.fingerprint in self._proposed:
-                continue
-            self._proposed.add(candidate.fingerprint)
-            out.append(candidate)
-            if len(out) >= n:
-                break
-        return out
+        return self._queue.take(context, n)
 
     def _candidates(self, context: DraftContext) -> Iterator[Candidate]:
         yield from _lint_fixes(context)
