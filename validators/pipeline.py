@@ -110,6 +110,12 @@ class Verifier:
         self.baseline_obs = obs
         return obs, stages
 
+    @property
+    def quick_timeout_s(self) -> float:
+        """For the targeted stages: a few times what the whole suite took at the baseline. A mutant that
+        loops forever should cost seconds, not minutes (seen: 20 s a candidate on a 0.3 s suite)."""
+        return min(120.0, max(5.0, 3 * self.suite_s + 2))
+
     def is_test_file(self, path: str) -> bool:
         """A file pytest collected tests from at the baseline, or one named like a test file."""
         return path in self.test_files or is_protected(path, PROTECTED_TESTS)
@@ -161,7 +167,7 @@ class Verifier:
             )
         run = _Stages(self, current)
         before = self.score(current).remaining
-        quick = min(120.0, max(20.0, 2 * self.suite_s + 10))
+        quick = self.quick_timeout_s
         # Cheapest first: syntax, lint; then the tests that failed (can it improve at all?) while
         # the type checker runs beside them.
         if broken := self._static(run, paths):
@@ -191,7 +197,7 @@ class Verifier:
         start = time.perf_counter()
         run = _Stages(self, current)
         paths = tuple(candidate.paths)
-        quick = min(120.0, max(20.0, 2 * self.suite_s + 10))
+        quick = self.quick_timeout_s
         broken = self._static(run, paths)
         if not broken:
             selection = self.selection(candidate, current)
@@ -245,7 +251,7 @@ class Verifier:
         return self._import_graph
 
     def _gate(self, run: _Stages, before: int) -> VerifyReport:
-        timeout = max(60.0, 3 * self.suite_s + 30)
+        timeout = max(30.0, 3 * self.suite_s + 30)
         suite = self.gate.check(Scope(timeout_s=timeout))
         reported = {t.nodeid for t in suite.tests}
         suite.tests += [
