@@ -85,3 +85,14 @@ def test_the_projects_own_modules_are_never_preloaded(project):
     preload = third_party_imports(project)
     assert "json" in preload and "requests_like_dep" in preload
     assert not {"lib", "pkg", "tests"} & set(preload)
+
+
+def test_a_test_past_the_per_test_limit_fails_and_the_others_still_run(project):
+    toolchain = Toolchain(sys.executable, LocalSandbox(), project)
+    validator = PytestValidator(toolchain, test_timeout_s=1.0)
+    result = validator.check(
+        Scope(tests=("tests/test_lib.py::test_hangs", "tests/test_lib.py::test_ok"), timeout_s=60)
+    )
+    assert outcomes(result) == {"test_hangs": "failed", "test_ok": "passed"}
+    assert "per-test limit" in next(t.message for t in result.tests if t.failing)
+    assert result.duration_ms < 30_000

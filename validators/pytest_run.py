@@ -22,10 +22,17 @@ _NO_TESTS = 5
 class PytestValidator:
     name = "tests"
 
-    def __init__(self, toolchain: Toolchain, name: str = "tests", warm: WarmRunner | None = None) -> None:
+    def __init__(
+        self,
+        toolchain: Toolchain,
+        name: str = "tests",
+        warm: WarmRunner | None = None,
+        test_timeout_s: float = 60.0,
+    ) -> None:
         self.toolchain = toolchain
         self.name = name
         self.warm = warm
+        self.test_timeout_s = test_timeout_s  # one test's limit (our plugin fails it, the run goes on)
         self.last_coverage: CoverageMap = {}
 
     def check(self, scope: Scope, *, coverage: bool = False, exitfirst: bool = False) -> StageResult:
@@ -36,7 +43,11 @@ class PytestValidator:
         with tempfile.TemporaryDirectory(prefix="ralph-pytest-") as tmp:
             report_path = Path(tmp) / "report.jsonl"
             coverage_path = Path(tmp) / "coverage.json"
-            env = {"RALPH_REPORT": str(report_path), "RALPH_COVERAGE_ROOT": str(project) + "/"}
+            env = {
+                "RALPH_REPORT": str(report_path),
+                "RALPH_COVERAGE_ROOT": str(project) + "/",
+                "RALPH_TEST_TIMEOUT": str(min(self.test_timeout_s, scope.timeout_s)),
+            }
             if coverage:
                 env["RALPH_COVERAGE"] = str(coverage_path)
             args = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import warnings
 
@@ -190,3 +191,30 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             )
     if _report_file is not None:
         _report_file.close()
+
+
+# A per-test time limit: a test that loops forever (a buggy solution at the baseline, say) fails with
+# a clear reason instead of holding the whole run until the run's own timeout.
+class _TestTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise _TestTimeout(
+        f"the test ran longer than {os.environ.get('RALPH_TEST_TIMEOUT')} s (ralph's per-test limit)"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    limit = float(os.environ.get("RALPH_TEST_TIMEOUT") or 0)
+    if limit <= 0 or not hasattr(signal, "setitimer"):
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
