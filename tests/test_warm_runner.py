@@ -96,3 +96,64 @@ def test_a_test_past_the_per_test_limit_fails_and_the_others_still_run(project):
     assert outcomes(result) == {"test_hangs": "failed", "test_ok": "passed"}
     assert "per-test limit" in next(t.message for t in result.tests if t.failing)
     assert result.duration_ms < 30_000
+
+
+def test_killing_ralph_kills_the_worker_and_a_test_it_runs(project, tmp_path):
+    import subprocess
+    import textwrap
+    import time
+
+    script = tmp_path / "host.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+            from pathlib import Path
+            from ralph.protocols import Scope
+            from sandboxes.local import LocalSandbox
+            from validators.pytest_run import PytestValidator
+            from validators.toolchain import Toolchain
+            from validators.warm import WarmRunner
+            toolchain = Toolchain(sys.executable, LocalSandbox(), Path({str(project)!r}))
+            PytestValidator(toolchain, warm=WarmRunner(toolchain)).check(
+                Scope(tests=("tests/test_lib.py::test_hangs",), timeout_s=600)
+            )
+            """
+        )
+    )
+    host = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.monotonic() + 30
+    family: list[int] = []
+    while time.monotonic() < deadline and len(family) < 2:
+        family = [
+            int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _worker_of(p, host.pid)
+        ]
+        time.sleep(0.1)
+    assert len(family) >= 2, "the worker and its test child should be running"
+    host.kill()
+    host.wait()
+    time.sleep(1.0)
+    assert not [pid for pid in family if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+
+
+def _worker_of(proc: Path, host: int) -> bool:
+    """A ralph_worker process descending from `host`."""
+    try:
+        if "ralph_worker" not in (proc / "cmdline").read_text():
+            return False
+        pid = int(proc.name)
+        for _ in range(5):
+            pid = int((Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if pid == host:
+                return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

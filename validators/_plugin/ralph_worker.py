@@ -50,8 +50,20 @@ def _forget_project_modules(own: list[str], root: str) -> None:
             del sys.modules[name]
 
 
+def _die_with_parent() -> None:
+    """Linux: be killed when the parent goes (ralph SIGKILLed, the worker killed mid-request), so a
+    test looping forever never outlives the run that started it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _run_child(request: dict) -> None:
     """In the forked child: become a process-group leader, redirect output, run pytest, exit."""
+    _die_with_parent()
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -109,6 +121,7 @@ def _serve_one(request: dict) -> dict:
 
 
 def main() -> None:
+    _die_with_parent()
     import pytest  # noqa: F401
 
     builtin, plugins = _pytest_plugins()
