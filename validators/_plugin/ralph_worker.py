@@ -50,9 +50,14 @@ def _forget_project_modules(own: list[str], root: str) -> None:
             del sys.modules[name]
 
 
+# Ralph's pid. The worker watches it rather than asking for a parent-death signal, which Linux ties
+# to the thread that started the worker (a thread pool's thread in ralph), not to the process.
+_PARENT = os.getppid()
+
+
 def _die_with_parent() -> None:
-    """Linux: be killed when the parent goes (ralph SIGKILLed, the worker killed mid-request), so a
-    test looping forever never outlives the run that started it."""
+    """Linux, in each test child: be killed when the worker goes, so a test looping forever never
+    outlives the worker that started it."""
     try:
         import ctypes
 
@@ -104,6 +109,10 @@ def _serve_one(request: dict) -> dict:
             status = raw
         elif time.monotonic() > deadline:
             break
+        elif os.getppid() != _PARENT:  # ralph is gone: take the test down with us
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            os._exit(1)
         else:
             time.sleep(0.002)
     timed_out = status is None
@@ -121,7 +130,6 @@ def _serve_one(request: dict) -> dict:
 
 
 def main() -> None:
-    _die_with_parent()
     import pytest  # noqa: F401
 
     builtin, plugins = _pytest_plugins()
