@@ -1,0 +1,463 @@
+"""Run untrusted code under bubblewrap: read-only host, writable workspace, no network, capped resources.
+
+Layout inside the sandbox (every path keeps its host name, so tracebacks and paths in output match):
+
+* ``/`` is the host's root, bound read-only; ``/proc`` and ``/dev`` are fresh (new PID namespace).
+* the workspace and any extra ``writable`` paths are bound read-write; ``<workspace>/.git`` is bound
+  read-only on top, so a test can run ``git status`` but cannot rewrite history or plant a hook.
+* ``/tmp``, ``/dev/shm``, the home directory and ``/run`` (daemon sockets: docker, dbus, ...) are
+  private, empty tmpfs mounts, each capped at ``tmp_bytes`` (an older bwrap without ``--size``
+  leaves them uncapped in total, and only RLIMIT_FSIZE bounds each file); ``HOME`` points at the
+  masked home. An interpreter or tool living under one of them is bound back read-only.
+  Anything the host must read back has to be written under the workspace or a ``writable`` path.
+* every namespace is new: the network namespace has only loopback, so nothing can leave the machine.
+* the environment is cleared and only ``child_env``'s allowlist is set, so API keys never get in;
+  no capabilities, no nested user namespaces, ``no_new_privs`` (bwrap sets it).
+
+Resource limits are set by ``prlimit`` (util-linux) as the first process *inside* the sandbox: that
+costs one small exec, avoids any race with a limit set from outside after the start, and keeps
+`wrap` self-contained for callers that spawn the command themselves (the warm test runner).
+
+Process count: ``RLIMIT_NPROC`` is counted per (user namespace, user), so for a non-root user it caps
+exactly this sandbox's processes. It never binds a process whose real user is root, though, and as
+root the sandbox's user namespace maps to host uid 0; there a child ``pids`` cgroup is used instead,
+joined by a tiny ``sh`` before it execs bwrap (moving a process between cgroups waits for an RCU
+grace period: measured at ~10 ms a call). Without either (root, no writable pids cgroup) there is
+no process cap beyond the timeout; `BwrapSandbox.pids_cap` says which applies.
+
+Teardown: bwrap's first child is the PID namespace's init. When it dies the kernel kills every
+process in the namespace (``setsid`` does not escape it) and only then lets it exit, so `run` kills
+it through a pidfd and waits for that exit. ``--die-with-parent`` gives the same end, a moment
+later, when bwrap itself is killed (the warm runner's ``killpg``).
+
+Not covered: as root, the sandbox can still read every file root can outside the masked paths
+(its user namespace maps to host uid 0); a Unix socket elsewhere on disk stays connectable (the
+network namespace does not hide filesystem sockets); only the workspace's top-level ``.git`` is
+protected, not nested repositories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+import os
+import pwd
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from sandboxes.local import ProcessResult, child_env, read_capped
+
+_COUNTER = itertools.count()
+
+
+@functools.cache
+def _tool(name: str) -> str | None:
+    """`name`'s path, looked up in the system directories before our PATH."""
+    return shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin:" + os.environ.get("PATH", ""))
+
+
+@functools.cache
+def _bwrap_options() -> frozenset[str]:
+    """The options this bwrap accepts (``--size`` and ``--disable-userns`` are recent additions)."""
+    bwrap = _tool("bwrap")
+    if bwrap is None:
+        return frozenset()
+    out = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False)
+    return frozenset(w for w in (out.stdout + out.stderr).split() if w.startswith("--"))
+
+
+@functools.cache
+def available() -> str | None:
+    """None when bwrap can build our sandbox here, else a one-line reason it cannot."""
+    bwrap, prlimit = _tool("bwrap"), _tool("prlimit")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    if prlimit is None:
+        return "prlimit (util-linux) is not installed"
+    probe = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/"]
+    probe += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", prlimit, "--nofile=64", "true"]
+    try:
+        out = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False, env={})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap failed to start: {exc}"
+    if out.returncode != 0:
+        why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        return f"bwrap cannot create namespaces here (user namespaces unavailable?): {why}"
+    return None
+
+
+class BwrapSandbox:
+    """Runs commands in a bubblewrap sandbox around `workspace`; see the module docstring.
+
+    `writable` paths (a cache directory, a report directory) must exist when a command is built;
+    missing ones are skipped. The limits apply per process (``memory_bytes`` is address space,
+    ``cpu_seconds`` CPU time, ``file_bytes`` the largest file, output included), except
+    ``max_pids``, which caps the whole sandbox; `pids_cap` tells how it is enforced here.
+    """
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        writable: Sequence[Path] = (),
+        memory_bytes: int = 4 << 30,
+        cpu_seconds: int = 600,
+        file_bytes: int = 1 << 30,
+        open_files: int = 1024,
+        max_pids: int = 512,
+        tmp_bytes: int = 256 << 20,
+        max_output: int = 1 << 20,
+    ) -> None:
+        self.workspace = Path(workspace).resolve()
+        self.writable = tuple(Path(p).resolve() for p in writable)
+        self.memory_bytes = memory_bytes
+        self.cpu_seconds = cpu_seconds
+        self.file_bytes = file_bytes
+        self.open_files = open_files
+        self.max_pids = max_pids
+        self.tmp_bytes = tmp_bytes
+        self.max_output = max_output
+        self.homes = _homes()
+        self._cgroup_parent = _pids_cgroup_parent() if os.geteuid() == 0 else None
+        self._cgroups: list[Path] = []  # made by `wrap` for callers we cannot clean up after
+        if os.geteuid() != 0:
+            self.pids_cap = f"RLIMIT_NPROC={max_pids} in the sandbox's user namespace"
+        elif self._cgroup_parent is not None:
+            self.pids_cap = f"pids.max={max_pids} in a cgroup under {self._cgroup_parent}"
+        else:
+            self.pids_cap = "none: running as root without a writable pids cgroup (timeout only)"
+
+    def wrap(
+        self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """The full command line running `argv` in the sandbox, for callers that spawn it themselves.
+
+        It starts with ``env -i``: the sandbox can read bwrap's own environment at /proc/1/environ,
+        so whatever environment the caller spawns it with must not reach bwrap. Killing the spawned
+        process kills everything in the sandbox; call `close` to remove the pids cgroups made here.
+        """
+        cgroup = self._new_cgroup()
+        if cgroup is not None:
+            self._cgroups.append(cgroup)
+        return [_tool("env") or "/usr/bin/env", "-i", *self._command(argv, cwd=cwd, env=env, cgroup=cgroup)]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 300.0,
+        stdin: str | None = None,
+    ) -> ProcessResult:
+        """Run `argv` in `cwd` inside the sandbox; on timeout everything it started is killed.
+
+        A child killed by a signal shows as bwrap reports it: 128 + the signal number.
+        """
+        start = time.monotonic()
+        cgroup = self._new_cgroup()
+        info_read, info_write = os.pipe()
+        try:
+            # Output goes to an unlinked temp file: a child printing gigabytes costs us no memory,
+            # and RLIMIT_FSIZE caps the file at `file_bytes` on disk.
+            with tempfile.TemporaryFile() as out:
+                command = self._command(argv, cwd=cwd, env=env, cgroup=cgroup, info_fd=info_write)
+                proc = subprocess.Popen(
+                    command,
+                    env={},  # bwrap's own environment is readable in the sandbox at /proc/1/environ
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(info_write,),
+                    start_new_session=True,
+                )
+                os.close(info_write)
+                info_write = -1
+                init = _open_init(info_read)
+                if stdin is not None and proc.stdin is not None:
+                    threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True).start()
+                try:
+                    timed_out = not _wait(proc, timeout_s)
+                finally:
+                    _end_sandbox(proc, init)
+                returncode = -9 if timed_out else proc.returncode
+                output = read_capped(out, self.max_output)
+        finally:
+            os.close(info_read)
+            if info_write >= 0:
+                os.close(info_write)
+            if cgroup is not None:
+                _remove_cgroup(cgroup)
+        return ProcessResult(returncode, output, time.monotonic() - start, timed_out)
+
+    def close(self) -> None:
+        """Kill what is left in, and remove, the pids cgroups `wrap` made."""
+        for cgroup in self._cgroups:
+            _remove_cgroup(cgroup)
+        self._cgroups.clear()
+
+    def _command(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        env: Mapping[str, str] | None,
+        cgroup: Path | None,
+        info_fd: int | None = None,
+    ) -> list[str]:
+        bwrap, prlimit = _tool("bwrap"), _tool("prlimit")
+        if bwrap is None or prlimit is None:
+            raise RuntimeError(available() or "bwrap or prlimit is missing")
+        options = _bwrap_options()
+        size = ["--size", str(self.tmp_bytes)] if "--size" in options else []
+        command = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
+        command += ["--cap-drop", "ALL"]
+        if "--disable-userns" in options:  # no nested user namespace: no capabilities to regain
+            command.append("--disable-userns")
+        if info_fd is not None:
+            command += ["--info-fd", str(info_fd)]
+        command += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm"]
+        # Mount parents before children, so a workspace under /tmp or $HOME shows through the tmpfs,
+        # and a home inside the workspace stays masked; at the same path the bind wins.
+        child = child_env(env)
+        if not env or "HOME" not in env:
+            child["HOME"] = str(self.homes[0]) if self.homes else "/tmp"
+        masked = [Path("/tmp"), *_run_dirs(), *self.homes]
+        mounts = [(len(p.parts), 0, [*size, "--tmpfs", str(p)]) for p in masked]
+        mounts.append((len(self.workspace.parts), 1, ["--bind", str(self.workspace), str(self.workspace)]))
+        mounts += [(len(p.parts), 1, ["--bind-try", str(p), str(p)]) for p in self.writable]
+        for path in self._exposed(argv, cwd, child, masked):
+            mounts.append((len(path.parts), 1, ["--ro-bind", str(path), str(path)]))
+        for _, _, ops in sorted(mounts, key=lambda m: m[:2]):
+            command += ops
+        git = self.workspace / ".git"
+        if git.exists():  # a directory, or the file of a worktree (its target is outside: read-only)
+            command += ["--ro-bind", str(git), str(git)]
+        command += ["--chdir", str(cwd), "--clearenv"]
+        for key, value in child.items():
+            command += ["--setenv", key, value]
+        limits = [
+            f"--as={self.memory_bytes}",
+            f"--cpu={self.cpu_seconds}",
+            f"--fsize={self.file_bytes}",
+            f"--nofile={self.open_files}",
+            f"--nproc={self.max_pids}",
+            "--core=0",
+        ]
+        command += ["--", prlimit, *limits, "--", *argv]
+        if cgroup is not None:
+            # Join the cgroup before bwrap forks anything: $0 is the cgroup's procs file.
+            command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *command]
+        return command
+
+    def _exposed(
+        self, argv: Sequence[str], cwd: str | Path, env: Mapping[str, str], masked: Sequence[Path]
+    ) -> list[Path]:
+        """Paths under a masked directory that the command needs, to bind back read-only.
+
+        An interpreter or tool under $HOME or /tmp (pyenv, ~/.local, a venv in a home checkout)
+        would vanish under the tmpfs: the command, the PATH and PYTHONPATH entries and the
+        interpreter's install prefix (``bin``'s parent, where its libraries live) are re-exposed.
+        """
+        wanted: list[Path] = [Path(cwd)]
+        dirs = [*env.get("PATH", "").split(os.pathsep), env.get("VIRTUAL_ENV", "")]
+        dirs += env.get("PYTHONPATH", "").split(os.pathsep)
+        wanted += [Path(d) for d in dirs if os.path.isabs(d)]
+        program = shutil.which(argv[0], path=env.get("PATH")) if argv else None
+        if program is not None:
+            wanted += [Path(program).parent, Path(program).resolve().parent]
+        wanted += [Path(a) for a in argv[1:] if os.path.isabs(a)]
+        owned = [self.workspace, *self.writable]
+        found: list[Path] = []
+        for path in wanted:
+            path = path.parent if path.name == "bin" else path
+            if not path.exists():
+                continue
+            path = path.resolve()
+            inside = any(path.is_relative_to(m) and path != m for m in masked)
+            if inside and not any(path.is_relative_to(o) for o in owned):
+                found.append(path)
+        # The outermost of nested paths is enough.
+        return [p for p in dict.fromkeys(found) if not any(p != q and p.is_relative_to(q) for q in found)]
+
+    def _new_cgroup(self) -> Path | None:
+        if self._cgroup_parent is None:
+            return None
+        cgroup = self._cgroup_parent / f"ralph-{os.getpid()}-{next(_COUNTER)}"
+        cgroup.mkdir()
+        (cgroup / "pids.max").write_text(str(self.max_pids))
+        return cgroup
+
+
+def _homes() -> list[Path]:
+    """The home directories to mask: $HOME's and the password database's, when they exist."""
+    found = [Path(os.path.expanduser("~"))]
+    with contextlib.suppress(KeyError):
+        found.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
+    homes = [h.resolve() for h in found if h.is_dir()]
+    return [h for h in dict.fromkeys(homes) if h != Path("/")]
+
+
+def _run_dirs() -> list[Path]:
+    """/run and /var/run (when a real directory): where daemons keep sockets a netns cannot hide."""
+    return [p for p in (Path("/run"), Path("/var/run")) if p.is_dir() and not p.is_symlink()]
+
+
+@functools.cache
+def _pids_cgroup_parent() -> Path | None:
+    """Our own cgroup in a hierarchy with the pids controller, if we can create children in it."""
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
+        membership = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    ours = {}  # controller list ("" for cgroup v2) -> our path in that hierarchy
+    for line in membership:
+        _, controllers, path = line.split(":", 2)
+        ours[controllers] = path
+    for line in mountinfo:
+        fields, _, tail = line.partition(" - ")
+        root, mountpoint = fields.split()[3:5]
+        fstype, _, super_options = tail.split()[:3]
+        mine: str | None
+        if fstype == "cgroup" and "pids" in super_options.split(","):
+            mine = next((p for c, p in ours.items() if "pids" in c.split(",")), None)
+        elif fstype == "cgroup2":
+            mine = ours.get("")
+        else:
+            continue
+        if mine is None or not mine.startswith(root):
+            continue
+        parent = Path(mountpoint) / mine[len(root) :].lstrip("/")
+        if fstype == "cgroup2" and not _v2_delegates_pids(parent):
+            continue
+        probe = parent / f"ralph-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+        except OSError:
+            continue
+        return parent
+    return None
+
+
+def _v2_delegates_pids(cgroup: Path) -> bool:
+    """Whether children of this cgroup v2 directory get the pids controller (enabling it if we may)."""
+    control = cgroup / "cgroup.subtree_control"
+    with contextlib.suppress(OSError):
+        if "pids" not in control.read_text().split():
+            control.write_text("+pids")  # refused (EBUSY) where processes live in `cgroup` itself
+        return "pids" in control.read_text().split()
+    return False
+
+
+def _open_init(info_fd: int) -> int | None:
+    """A pidfd for the sandbox's init, whose host pid bwrap writes to --info-fd as JSON.
+
+    Opened right away, while init is still bwrap's unreaped child, so the pid cannot have been
+    reused; None if bwrap failed before creating it, or on kernels without pidfds (before 5.3).
+    """
+    data = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([info_fd], [], [], deadline - time.monotonic())
+        chunk = os.read(info_fd, 4096) if ready else b""
+        if not chunk:
+            return None
+        data += chunk
+        with contextlib.suppress(ValueError):
+            pid = int(json.loads(data)["child-pid"])
+            try:
+                return os.pidfd_open(pid)
+            except OSError:
+                return None
+    return None
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    """Write `data` to the child's stdin and close it (in a thread: a child may never read it)."""
+    with contextlib.suppress(OSError), pipe:
+        pipe.write(data)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for `proc` to exit; False on timeout.
+
+    A pidfd wakes us the moment it exits: ``Popen.wait(timeout)`` polls with sleeps growing to
+    50 ms, which was measured to add several milliseconds to every sandboxed call.
+    """
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # kernels before 5.3
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout_s)
+    finally:
+        os.close(pidfd)
+    if ready:
+        proc.wait()
+    return bool(ready)
+
+
+def _end_sandbox(proc: subprocess.Popen[bytes], init: int | None) -> None:
+    """Kill the sandbox's init and wait until it is gone, then reap bwrap.
+
+    When init dies the kernel kills every process in its PID namespace and only then lets init
+    itself exit, so once its pidfd reports the exit nothing the command started is left. This is
+    needed on a normal exit too: bwrap returns as soon as init reports the command's status,
+    while daemons the command left behind may still be alive for a moment.
+    """
+    if init is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            signal.pidfd_send_signal(init, signal.SIGKILL)
+        select.select([init], [], [], 10)
+        os.close(init)
+    elif proc.poll() is None:  # no pidfd: kill bwrap, and --die-with-parent kills init
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    if proc.poll() is None:  # bwrap stuck before it created init
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+
+def _remove_cgroup(cgroup: Path) -> None:
+    """Kill anything still in `cgroup` and remove it (a cgroup can only be removed when empty)."""
+    kill = cgroup / "cgroup.kill"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            cgroup.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass
+        if kill.exists():
+            with contextlib.suppress(OSError):
+                kill.write_text("1")
+        else:
+            with contextlib.suppress(OSError):
+                for pid in (cgroup / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.01)
