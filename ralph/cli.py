@@ -68,6 +68,10 @@ def fix(
     resume: Annotated[
         str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
     ] = None,
+    no_sandbox: Annotated[
+        bool,
+        typer.Option("--no-sandbox", help="Run candidate code without bubblewrap (rlimits, timeouts only)."),
+    ] = False,
 ) -> None:
     """Loop until the project's checks pass: route, draft, verify, decide, trace."""
     from ralph.config import load_config
@@ -88,6 +92,7 @@ def fix(
         "python": python,
         "types": types,
         "allow_test_edits": allow_test_edits,
+        "sandbox": False if no_sandbox else None,
     }
     if not path.is_dir():
         raise RalphError(f"{path}: no such directory")
@@ -145,6 +150,9 @@ def ci(
     max_iterations: Annotated[int | None, typer.Option(help="Iteration budget.")] = None,
     max_seconds: Annotated[float | None, typer.Option(help="Wall-time budget.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="Cost budget (USD).")] = None,
+    no_sandbox: Annotated[
+        bool, typer.Option("--no-sandbox", help="Run candidate code without bubblewrap.")
+    ] = False,
 ) -> None:
     """The CI bot: fix the failing checks, push a fix branch, write a summary (and a pull request)."""
     import os
@@ -161,6 +169,7 @@ def ci(
         "max_iterations": max_iterations,
         "max_seconds": max_seconds,
         "max_cost": max_cost,
+        "sandbox": False if no_sandbox else None,
     }
     result = run_ci(path, load_config(path, overrides), view=QuietView(), remote=remote, pr=pr)
     print(result.summary)

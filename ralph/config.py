@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ class RunConfig(BaseModel):
     """Let drafters edit test files."""
     python: str | None = None
     """The target's interpreter (else its .venv, else ralph's)."""
+    sandbox: bool = True
+    """Run candidate code in bubblewrap; False (--no-sandbox, RALPH_NO_SANDBOX=1) runs it unisolated."""
 
 
 def load_config(project: Path, overrides: dict[str, Any]) -> RunConfig:
@@ -82,6 +85,8 @@ def load_config(project: Path, overrides: dict[str, Any]) -> RunConfig:
         if not isinstance(section, dict):
             raise RalphError(f"{file}: [tool.ralph] must be a table")
         data.update(section)
+    if os.environ.get("RALPH_NO_SANDBOX", "") not in ("", "0"):
+        data["sandbox"] = False
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return RunConfig.model_validate({k.replace("-", "_"): v for k, v in data.items()})

@@ -24,10 +24,11 @@ from ralph.gitops import (
     snapshot,
 )
 from ralph.loop import Budget, Loop, RunResult, View
+from ralph.protocols import Sandbox
 from ralph.score import Observation
 from ralph.trace import TraceWriter, read_trace
 from router import create_router
-from sandboxes.local import LocalSandbox
+from sandboxes import select_sandbox
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
@@ -153,6 +154,7 @@ def fix(
     tmp = Path(tempfile.mkdtemp(prefix="ralph-"))
     trace = TraceWriter(trace_path)
     verifier: Verifier | None = None
+    sandbox: Sandbox | None = None
     try:
         start_tree = (
             run_git(snap.toplevel, "rev-parse", f"{resume.tip}^{{tree}}").strip()
@@ -161,10 +163,17 @@ def fix(
         )
         materialize(replace(snap, tree=start_tree), tmp / "ws")
         workspace = Workspace(tmp / "ws", snap.subdir)
+        scratch, cache = tmp / "scratch", tmp / "cache"
+        scratch.mkdir()
+        cache.mkdir()
+        sandbox = select_sandbox(workspace.root, [scratch, cache], config.sandbox)
+        if not config.sandbox:
+            view.notice("--no-sandbox: candidate code runs without isolation (rlimits and timeouts only)")
         toolchain = Toolchain(
             python=find_python(project_dir, snap.toplevel, config.python),
-            sandbox=LocalSandbox(),
+            sandbox=sandbox,
             project=workspace.project,
+            scratch=scratch,
         )
         if not toolchain.has_module("pytest"):
             raise RalphError(
@@ -257,5 +266,7 @@ def fix(
     finally:
         if verifier is not None:
             verifier.close()
+        if callable(close := getattr(sandbox, "close", None)):
+            close()
         trace.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,6 +1,31 @@
 """Isolation mechanisms: where and how a candidate's code is run."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ralph.errors import RalphError
 from sandboxes.local import LocalSandbox, ProcessResult
 from sandboxes.workspace import Workspace
 
-__all__ = ["LocalSandbox", "ProcessResult", "Workspace"]
+if TYPE_CHECKING:  # ralph.protocols imports this package
+    from ralph.protocols import Sandbox
+
+__all__ = ["LocalSandbox", "ProcessResult", "Workspace", "select_sandbox"]
+
+
+def select_sandbox(workspace: Path, writable: Sequence[Path], enabled: bool) -> Sandbox:
+    """bubblewrap around the workspace; without it, refuse (fail closed) unless the user turned
+    isolation off, in which case rlimits, a new session and timeouts still apply."""
+    if not enabled:
+        return LocalSandbox()
+    from sandboxes.bwrap import BwrapSandbox, available
+
+    if reason := available():
+        raise RalphError(
+            f"no sandbox: {reason}; refusing to run untrusted code "
+            "(install bubblewrap: apt-get install bubblewrap, or pass --no-sandbox)"
+        )
+    return BwrapSandbox(workspace, writable=writable)

@@ -71,3 +71,17 @@ def test_bad_input_leaves_the_repository_untouched(make_repo):
     run_ralph("fix", str(repo), "--drafter", "telepathy")
     assert git(repo, "status", "--porcelain") == status
     assert git(repo, "branch", "--list", "ralph/*") == ""
+
+
+def test_without_bubblewrap_ralph_refuses_unless_told_otherwise(make_repo, monkeypatch):
+    import sandboxes.bwrap
+    from ralph.config import RunConfig
+    from ralph.errors import RalphError
+    from ralph.session import fix
+    from ralph.view import QuietView
+
+    monkeypatch.setattr(sandboxes.bwrap, "available", lambda: "bwrap is not installed")
+    repo = make_repo(BUGGY_WINDOWS)
+    with pytest.raises(RalphError, match=r"refusing to run untrusted code.*--no-sandbox"):
+        fix(repo, RunConfig(sandbox=True), view=QuietView())
+    assert fix(repo, RunConfig(sandbox=False), view=QuietView(notices=False)).result.outcome == "goal"

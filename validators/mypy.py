@@ -65,7 +65,7 @@ class MypyValidator:
 
     def _dmypy(self, *args: str, timeout_s: float = 300.0) -> tuple[int, str, bool]:
         argv = [self.toolchain.python, "-m", "mypy.dmypy", "--status-file", str(self.status_file), *args]
-        result = self.toolchain.run(argv, env=self.toolchain.python_env(), timeout_s=timeout_s)
+        result = self.toolchain.run_tool(argv, env=self.toolchain.python_env(), timeout_s=timeout_s)
         return result.returncode, result.output, result.timed_out
 
     def check(self, scope: Scope) -> StageResult:

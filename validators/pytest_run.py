@@ -40,7 +40,7 @@ class PytestValidator:
         except after a failure with `exitfirst` (stop at the first failing test)."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
-        with tempfile.TemporaryDirectory(prefix="ralph-pytest-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="ralph-pytest-", dir=self.toolchain.scratch) as tmp:
             report_path = Path(tmp) / "report.jsonl"
             coverage_path = Path(tmp) / "coverage.json"
             env = {

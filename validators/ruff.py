@@ -23,7 +23,7 @@ class RuffValidator:
         if paths == []:
             return StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail="no Python files")
         argv = [ruff_bin(), "check", "--output-format=json", "--exit-zero", "--no-cache", "--force-exclude"]
-        result = self.toolchain.run([*argv, *(paths or ["."])], timeout_s=scope.timeout_s)
+        result = self.toolchain.run_tool([*argv, *(paths or ["."])], timeout_s=scope.timeout_s)
         elapsed = (time.perf_counter() - start) * 1000
         try:
             raw = json.loads(result.output[result.output.index("[") :]) if result.ok else None

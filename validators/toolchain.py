@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ralph.errors import RalphError
 from ralph.protocols import Sandbox
-from sandboxes.local import ProcessResult
+from sandboxes.local import LocalSandbox, ProcessResult
 
 PLUGIN_DIR = Path(__file__).parent / "_plugin"
 
@@ -21,9 +21,13 @@ class Toolchain:
     """The target's interpreter and the sandbox every tool runs in."""
 
     python: str
-    sandbox: Sandbox
+    sandbox: Sandbox  # runs the project's code (tests, check commands): untrusted
     project: Path  # the project directory inside the workspace
     env: dict[str, str] = field(default_factory=dict)
+    # Where files passed between ralph and a sandboxed process live (a sandbox's /tmp is private).
+    scratch: Path | None = None
+    # Runs trusted tools that execute no project code (ruff, git, the type checker's daemon).
+    tools: Sandbox = field(default_factory=LocalSandbox)
 
     def python_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the target's Python: our plugin and the workspace's code come first on the path."""
@@ -50,6 +54,11 @@ class Toolchain:
         stdin: str | None = None,
     ) -> ProcessResult:
         return self.sandbox.run(argv, cwd=str(self.project), env=env, timeout_s=timeout_s, stdin=stdin)
+
+    def run_tool(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 300.0
+    ) -> ProcessResult:
+        return self.tools.run(argv, cwd=str(self.project), env=env, timeout_s=timeout_s)
 
     def has_module(self, module: str) -> bool:
         result = self.run([self.python, "-c", f"import {module}"], env=self.python_env(), timeout_s=60)

@@ -42,8 +42,12 @@ class WarmRunner:
         # copy of the project (its own modules must always come fresh from the workspace).
         own = ",".join(sorted(project_modules(self.toolchain.project)))
         env = child_env(self.toolchain.python_env({"RALPH_OWN_MODULES": own}))
+        argv = [self.toolchain.python, str(WORKER), *self.preload]
+        wrap = getattr(self.toolchain.sandbox, "wrap", None)
+        if wrap is not None:  # the worker, and every test it forks, runs inside the sandbox
+            argv = wrap(argv, cwd=str(self.toolchain.project), env=env)
         proc = subprocess.Popen(
-            [self.toolchain.python, str(WORKER), *self.preload],
+            argv,
             cwd=self.toolchain.project,
             env=env,
             stdin=subprocess.PIPE,
@@ -66,7 +70,7 @@ class WarmRunner:
         proc = self._proc
         assert proc.stdin is not None
         self._next_id += 1
-        with tempfile.TemporaryDirectory(prefix="ralph-warm-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="ralph-warm-", dir=self.toolchain.scratch) as tmp:
             output = Path(tmp) / "output"
             request = {
                 "id": self._next_id,
