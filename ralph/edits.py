@@ -607,6 +607,10 @@ _HEADER_PREFIXES = (
 _DEV_NULL = "/dev/null"
 
 
+# A git header giving a path the symlink (120000) or submodule (160000) mode.
+_LINK_MODE = re.compile(r"^(?:new file|deleted file|new|old) mode 1[26]0000\s*$", re.MULTILINE)
+
+
 def parse_unified_diff(text: str) -> list[FilePatch]:
     """The per-file patches of a unified diff in a model's reply (git-style a/ b/ prefixes stripped).
 
@@ -615,6 +619,10 @@ def parse_unified_diff(text: str) -> list[FilePatch]:
     EditError for binary changes (other than deletions), copies, and diffs that still do not parse.
     """
     _check_text_size(text)
+    if _LINK_MODE.search(text):
+        raise EditError(
+            "symlinks and submodules cannot be created or changed by an edit; edit regular files only"
+        )
     canonical, hints = _canonical_diff(text.replace("\r\n", "\n").split("\n"))
     if not canonical:
         return []

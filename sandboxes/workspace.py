@@ -47,10 +47,17 @@ class Workspace:
             return None
 
     def apply(self, changes: Sequence[FileChange]) -> None:
-        """Write every change's `after`; all paths are checked before anything is written."""
+        """Write every change's `after`, all or nothing: paths are checked before anything is written,
+        and a write that fails (a path both a file and a directory, say) undoes the ones before it."""
         targets = [self.resolve(c.path) for c in changes]
-        for change, target in zip(changes, targets, strict=True):
-            self._write(target, change.after)
+        done: list[FileChange] = []
+        try:
+            for change, target in zip(changes, targets, strict=True):
+                self._write(target, change.after)
+                done.append(change)
+        except OSError as exc:
+            self.revert(done)
+            raise UnsafePath(f"the edit cannot be written: {exc.strerror or exc}") from None
 
     def revert(self, changes: Sequence[FileChange]) -> None:
         """Put back every change's `before`."""
