@@ -271,6 +271,7 @@ def bench_verify_command(
     mutants: Annotated[int, typer.Option(help="Caught mutants to measure.")] = 30,
     seed: Annotated[int, typer.Option(help="Seed for the mutant order.")] = 0,
     python: Annotated[str | None, typer.Option(help="The project's interpreter.")] = None,
+    no_sandbox: Annotated[bool, typer.Option("--no-sandbox", help="Verify without bubblewrap.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Per-candidate verification time against a naive full run (and pytest-testmon), and recall."""
@@ -282,6 +283,7 @@ def bench_verify_command(
         mutants=mutants,
         seed=seed,
         python=python,
+        sandbox=not no_sandbox,
         progress=lambda t: console.print(t, highlight=False, markup=False),
     )
     summary = result.summary()

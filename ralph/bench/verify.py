@@ -23,7 +23,7 @@ from typing import Any
 from ralph.candidate import Candidate, FileChange
 from ralph.drafters.mutation_ops import generate_mutants
 from ralph.errors import RalphError
-from sandboxes.local import LocalSandbox
+from sandboxes import select_sandbox
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
@@ -62,6 +62,7 @@ class VerifyBench:
     results: list[MutantResult] = field(default_factory=list)
     baseline_s: float = 0.0
     types: bool = False
+    sandbox: str = "local"
 
     def summary(self) -> dict[str, Any]:
         ralph = [r.ralph_ms for r in self.results]
@@ -73,6 +74,7 @@ class VerifyBench:
             "mutants": len(self.results),
             "mutants_tried": self.tried,
             "types": self.types,
+            "sandbox": self.sandbox,
             "median_verify_ms": med,
             "p90_verify_ms": _p90(ralph),
             "naive_median_ms": _median(naive),
@@ -135,6 +137,7 @@ def bench_verify(
     mutants: int = 30,
     seed: int = 0,
     python: str | None = None,
+    sandbox: bool = True,
     progress: Callable[[str], None] = lambda _: None,
 ) -> VerifyBench:
     """Measure staged verification on `mutants` caught mutants of `repo` (copied; never modified)."""
@@ -145,10 +148,13 @@ def bench_verify(
         _copy(repo, project)
         workspace = Workspace(project)
         interpreter = find_python(repo, repo, python)
-        toolchain = Toolchain(interpreter, LocalSandbox(), workspace.project)
+        scratch = Path(tmp) / "scratch"
+        scratch.mkdir()
+        isolation = select_sandbox(project, [scratch, Path(tmp) / "cache"], sandbox)
+        toolchain = Toolchain(interpreter, isolation, workspace.project, scratch=scratch)
         types = mypy_configured(project)
         verifier = Verifier(toolchain, checks=[], targets=None, types=types, cache_dir=Path(tmp) / "cache")
-        bench = VerifyBench(str(repo), interpreter, types=types)
+        bench = VerifyBench(str(repo), interpreter, types=types, sandbox=isolation.name)
         try:
             start = time.perf_counter()
             progress("baseline: full suite with per-test coverage")
@@ -211,4 +217,6 @@ def bench_verify(
                     workspace.revert([change])
         finally:
             verifier.close()
+            if callable(close := getattr(isolation, "close", None)):
+                close()
     return bench
