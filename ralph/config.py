@@ -66,6 +66,8 @@ class RunConfig(BaseModel):
     """Let drafters edit test files."""
     python: str | None = None
     """The target's interpreter (else its .venv, else ralph's)."""
+    test_timeout_s: float = Field(default=60.0, gt=0)
+    """One test's time limit: past it the test fails ("per-test limit") and the run goes on."""
     sandbox: bool = True
     """Run candidate code in bubblewrap; False (--no-sandbox, RALPH_NO_SANDBOX=1) runs it unisolated."""
 

@@ -191,6 +191,7 @@ def fix(
             coverage_cache=snap.toplevel / ".ralph" / "cache",
             protected=protected,
             only=tuple(only) if only is not None else None,
+            test_timeout_s=config.test_timeout_s,
         )
         start_record = {
             "run_id": run_id,

@@ -167,3 +167,13 @@ def test_json_summary_from_the_command_line(make_repo):
     assert summary["branch"].startswith("ralph/")
     assert Path(summary["trace"]).exists()
     assert {"iterations", "wall_s"} <= summary.keys()
+
+
+def test_a_bug_that_makes_the_baseline_loop_forever_is_fixed_in_seconds(make_repo):
+    files = {
+        "countdown.py": "def steps(n):\n    count = 0\n    while n > 0:\n        n += 1\n        count += 1\n    return count\n",
+        "tests/test_countdown.py": "from countdown import steps\n\n\ndef test_steps():\n    assert steps(3) == 3\n",
+    }
+    outcome = run_fix(make_repo(files), test_timeout_s=2.0, max_iterations=6)
+    assert outcome.result.outcome == "goal"
+    assert outcome.result.wall_s < 60
