@@ -172,15 +172,23 @@ with open(os.path.join(home, "planted"), "w") as f:
 print(json.dumps({"home": home, "listing": sorted(os.listdir(home)), "run": os.listdir("/run"),
                   "tmp": sorted(os.listdir("/tmp"))}))
 """
-    result = last_json(run_py(sandbox(workspace), code))
+    probe = Path(tempfile.mkstemp(prefix="ralph-leak-probe-", dir="/tmp")[1])
+    try:
+        result = last_json(run_py(sandbox(workspace), code))
+    finally:
+        probe.unlink()
     assert result["home"] == str(home)
     assert result["listing"] == ["planted"]  # .netrc is masked; the write went to the tmpfs
     assert result["run"] == []  # no daemon sockets (docker, dbus) reachable through /run
     assert sorted(os.listdir(home)) == [".netrc"]
     assert (home / ".netrc").read_text() == "machine example.com password hunter2\n"
-    # /tmp only holds the mount points leading to the workspace, none of the host's files.
-    expected = [workspace.relative_to("/tmp").parts[0]] if workspace.is_relative_to("/tmp") else []
-    assert result["tmp"] == expected
+    # /tmp only holds mount points leading to what is bound in (the workspace, and the interpreter
+    # when it lives under /tmp, as in a fresh clone there), none of the host's own files.
+    bound = {
+        p.relative_to("/tmp").parts[0] for p in (workspace, Path(sys.prefix)) if p.is_relative_to("/tmp")
+    }
+    assert probe.name not in result["tmp"]
+    assert set(result["tmp"]) <= bound
 
 
 @needs_bwrap

@@ -151,35 +151,30 @@ class _Tracer:
 _tracer: _Tracer | None = None
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_collection(session):
-    """Lines run while test modules are imported belong to no test: record them apart."""
+def _traced(key: str):
+    """A hookwrapper body: record the lines run while the wrapped hook runs under `key`."""
     global _tracer
     if not os.environ.get("RALPH_COVERAGE"):
         yield
         return
     if _tracer is None:
         _tracer = _Tracer(_root())
-    _tracer.start("<collection>")
+    _tracer.start(key)
     try:
         yield
     finally:
-        _lines_by_test["<collection>"] = _tracer.stop()
+        _lines_by_test[key] = _tracer.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Lines run while test modules are imported belong to no test: record them apart."""
+    yield from _traced("<collection>")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    global _tracer
-    if not os.environ.get("RALPH_COVERAGE"):
-        yield
-        return
-    if _tracer is None:
-        _tracer = _Tracer(_root())
-    _tracer.start(item.nodeid)
-    try:
-        yield
-    finally:
-        _lines_by_test[item.nodeid] = _tracer.stop()
+    yield from _traced(item.nodeid)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
