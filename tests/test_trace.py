@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ralph.trace import TraceWriter, read_trace
 from tests.conftest import git
@@ -36,10 +37,24 @@ def test_a_torn_last_record_is_skipped(tmp_path):
     assert [r["type"] for r in read_trace(path)] == ["run_start"]
 
 
+def _workers() -> set[int]:
+    """Live processes of the warm test runner (the worker and the tests it forked)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            alive = proc.name.isdigit() and "ralph_worker" in (proc / "cmdline").read_text()
+            if alive and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.add(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_path):
     repo = make_repo(UNFIXABLE)
     status = git(repo, "status", "--porcelain")
     trace = tmp_path / "trace.jsonl"
+    before = _workers()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ralph", "fix", str(repo), "--trace", str(trace), "--candidates", "1"],
         stdout=subprocess.DEVNULL,
@@ -60,6 +75,12 @@ def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_p
     iterations = [r for r in records if r["type"] == "iteration"]
     assert len(iterations) >= 2
     assert len(records) >= len(lines) - 1  # at most the last line torn
+    # Nothing ralph started outlives it: the sandbox (or the worker's watch on its parent) takes the
+    # worker and the test it was running down with it.
+    deadline = time.monotonic() + 10
+    while _workers() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _workers() - before
     for r in iterations:
         assert {
             "i",
