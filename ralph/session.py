@@ -28,7 +28,7 @@ from ralph.protocols import Sandbox
 from ralph.score import Observation
 from ralph.trace import TraceWriter, read_trace
 from router import create_router
-from sandboxes import select_sandbox
+from sandboxes import require_sandbox, select_sandbox
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
@@ -120,6 +120,7 @@ def fix(
     """Run the loop on the repository at `path`; the user's HEAD, index and working tree stay as they are.
     `staged` starts from the index instead of the working tree; `only` limits edits to these files;
     `resume` continues a killed or interrupted run where its trace says it stopped."""
+    require_sandbox(config.sandbox)
     if resume is not None:
         snap, run_id, branch_name, trace_path = resume.snap, resume.run_id, resume.branch, resume.trace
         current = run_git(
