@@ -18,7 +18,7 @@ from ralph.protocols import Scope
 from sandboxes.local import LocalSandbox
 from validators.pytest_run import PytestValidator
 from validators.ruff import RuffValidator
-from validators.selection import ImportGraph, select_tests
+from validators.selection import ImportGraph, project_sources, select_tests
 from validators.syntax import SyntaxValidator
 from validators.toolchain import Toolchain, find_python
 
@@ -29,11 +29,7 @@ def _python_files(root: Path, files: list[str]) -> list[str]:
 
 def affected_tests(root: Path, files: list[str]) -> list[str]:
     """Test modules that import the files (transitively), and the files that are tests themselves."""
-    sources = {}
-    for file in root.rglob("*.py"):
-        rel = file.relative_to(root)
-        if not any(p.startswith(".") or p in ("__pycache__", "node_modules") for p in rel.parts):
-            sources[rel.as_posix()] = file.read_text(encoding="utf-8", errors="replace")
+    sources = project_sources(root)
     changes = [FileChange(f, None, sources.get(f, "")) for f in files]  # "new": coverage cannot vouch
     selection = select_tests(changes, {}, ImportGraph(sources), lambda p: is_protected(p, PROTECTED_TESTS))
     return selection.tests

@@ -157,3 +157,10 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_a_project_inside_a_hidden_folder_still_has_its_imports_found(tmp_path):
+    project = tmp_path / ".cache" / "checkout"
+    write_files(project, {"lib.py": "import json\n", ".hidden/skip.py": "import secret_dep\n"})
+    preload = third_party_imports(project)
+    assert "json" in preload and "secret_dep" not in preload

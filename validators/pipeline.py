@@ -25,7 +25,7 @@ from validators.mypy import MypyValidator
 from validators.pytest_run import PytestValidator
 from validators.report import StageResult, TestResult
 from validators.ruff import RuffValidator
-from validators.selection import CoverageMap, ImportGraph, Selection, select_tests
+from validators.selection import CoverageMap, ImportGraph, Selection, project_sources, select_tests
 from validators.syntax import SyntaxValidator
 from validators.toolchain import Toolchain
 from validators.warm import WarmRunner, third_party_imports
@@ -242,16 +242,7 @@ class Verifier:
 
     def _graph(self) -> ImportGraph:
         if self._import_graph is None:
-            sources = {}
-            for file in self.toolchain.project.rglob("*.py"):
-                rel = file.relative_to(self.toolchain.project)
-                if any(part.startswith(".") or part in ("node_modules", "__pycache__") for part in rel.parts):
-                    continue
-                try:
-                    sources[rel.as_posix()] = file.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    continue
-            self._import_graph = ImportGraph(sources)
+            self._import_graph = ImportGraph(project_sources(self.toolchain.project))
         return self._import_graph
 
     def _gate(self, run: _Stages, before: int) -> VerifyReport:

@@ -8,7 +8,7 @@ import difflib
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from ralph.candidate import FileChange
 
@@ -31,6 +31,27 @@ class Selection:
     tests: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     everything: bool = False  # the change can affect anything: run the whole suite
+
+
+_NEVER_SOURCES = frozenset({"__pycache__", "node_modules"})
+
+
+def project_sources(root: Path, skip: Iterable[str] = (), limit: int | None = None) -> dict[str, str]:
+    """The project's Python files by root-relative POSIX path, outside hidden and generated folders
+    (and the `skip` ones), in path order, at most `limit` of them."""
+    excluded = _NEVER_SOURCES | set(skip)
+    sources: dict[str, str] = {}
+    for file in sorted(root.rglob("*.py")):
+        rel = file.relative_to(root)
+        if any(part.startswith(".") or part in excluded for part in rel.parts):
+            continue
+        try:
+            sources[rel.as_posix()] = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if limit is not None and len(sources) >= limit:
+            break
+    return sources
 
 
 def module_name(path: str) -> str | None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sandboxes.local import ProcessResult, child_env, read_capped
+from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
 WORKER = PLUGIN_DIR / "ralph_worker.py"
@@ -133,12 +134,10 @@ def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
     """Top-level modules the project imports that are not its own (safe to preload in the worker)."""
     own = project_modules(project)
     found: dict[str, None] = {}
-    for file in sorted(project.rglob("*.py"))[:limit]:
-        if any(part.startswith(".") or part in ("node_modules", "build", "dist") for part in file.parts):
-            continue
+    for source in project_sources(project, skip=("build", "dist"), limit=limit).values():
         try:
-            tree = ast.parse(file.read_bytes())
-        except (SyntaxError, ValueError, OSError):
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
             names = []
