@@ -11,7 +11,7 @@ from ralph.errors import RalphError
 from ralph.protocols import Scope
 from validators.report import StageResult, TestResult
 from validators.selection import CoverageMap
-from validators.toolchain import Toolchain
+from validators.toolchain import Toolchain, project_relative
 from validators.warm import WarmRunner
 
 # pytest exit codes: 0 all passed, 1 some failed, 5 none collected; anything else means it could not run.
@@ -108,13 +108,6 @@ def _tail(output: str, lines: int = 8) -> str:
     return " | ".join(line for line in output.strip().splitlines()[-lines:] if line.strip())
 
 
-def _relative(path: str, project: Path) -> str:
-    try:
-        return Path(path).resolve().relative_to(project).as_posix()
-    except ValueError:
-        return path
-
-
 def _read_report(path: Path, project: Path) -> list[TestResult]:
     if not path.exists():
         return []
@@ -124,7 +117,7 @@ def _read_report(path: Path, project: Path) -> list[TestResult]:
             r = json.loads(line)
         except ValueError:
             continue  # a test that killed the interpreter mid-write
-        frames = tuple((_relative(f[0], project), int(f[1]), str(f[2])) for f in r.get("frames", []))
+        frames = tuple((project_relative(f[0], project), int(f[1]), str(f[2])) for f in r.get("frames", []))
         result = TestResult(
             r["nodeid"], r["outcome"], float(r.get("duration", 0.0)), r.get("message", ""), frames
         )
@@ -144,4 +137,7 @@ def _read_coverage(path: Path, project: Path) -> CoverageMap:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except ValueError:
         return {}
-    return {test: {_relative(f, project): lines for f, lines in files.items()} for test, files in raw.items()}
+    return {
+        test: {project_relative(f, project): lines for f, lines in files.items()}
+        for test, files in raw.items()
+    }

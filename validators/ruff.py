@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from ralph.protocols import Scope
 from validators.report import Diagnostic, StageResult
-from validators.toolchain import Toolchain, ruff_bin
+from validators.toolchain import Toolchain, project_relative, ruff_bin
 
 
 class RuffValidator:
@@ -37,7 +36,7 @@ class RuffValidator:
         diagnostics = [
             Diagnostic(
                 tool="ruff",
-                path=_relative(d["filename"], project),
+                path=project_relative(d["filename"], project),
                 line=(d.get("location") or {}).get("row", 0),
                 code=d.get("code") or "syntax",
                 message=d.get("message", ""),
@@ -54,10 +53,3 @@ class RuffValidator:
             diagnostics=diagnostics,
             checked=[("ruff", p) for p in checked],
         )
-
-
-def _relative(filename: str, project: Path) -> str:
-    try:
-        return Path(filename).resolve().relative_to(project).as_posix()
-    except ValueError:
-        return filename

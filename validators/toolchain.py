@@ -65,6 +65,14 @@ class Toolchain:
         return result.ok
 
 
+def project_relative(path: str, project: Path) -> str:
+    """`path` relative to the (resolved) project, as tools report it; unchanged when outside it."""
+    try:
+        return Path(path).resolve().relative_to(project).as_posix()
+    except ValueError:
+        return path
+
+
 def find_python(project: Path, repo_root: Path, explicit: str | None) -> str:
     """The target's interpreter: --python, else a .venv in the project or repo, else ours."""
     if explicit:
