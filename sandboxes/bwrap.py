@@ -53,9 +53,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
-from sandboxes.local import ProcessResult, child_env, read_capped
+from sandboxes.local import ProcessResult, child_env, feed_stdin, read_capped, wait_exit
 
 _COUNTER = itertools.count()
 
@@ -187,9 +186,11 @@ class BwrapSandbox:
                 info_write = -1
                 init = _open_init(info_read)
                 if stdin is not None and proc.stdin is not None:
-                    threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True).start()
+                    threading.Thread(
+                        target=feed_stdin, args=(proc.stdin, stdin.encode()), daemon=True
+                    ).start()
                 try:
-                    timed_out = not _wait(proc, timeout_s)
+                    timed_out = not wait_exit(proc, timeout_s)
                 finally:
                     _end_sandbox(proc, init)
                 returncode = -9 if timed_out else proc.returncode
@@ -384,35 +385,6 @@ def _open_init(info_fd: int) -> int | None:
             except OSError:
                 return None
     return None
-
-
-def _feed(pipe: IO[bytes], data: bytes) -> None:
-    """Write `data` to the child's stdin and close it (in a thread: a child may never read it)."""
-    with contextlib.suppress(OSError), pipe:
-        pipe.write(data)
-
-
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait for `proc` to exit; False on timeout.
-
-    A pidfd wakes us the moment it exits: ``Popen.wait(timeout)`` polls with sleeps growing to
-    50 ms, which was measured to add several milliseconds to every sandboxed call.
-    """
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except OSError:  # kernels before 5.3
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    try:
-        ready, _, _ = select.select([pidfd], [], [], timeout_s)
-    finally:
-        os.close(pidfd)
-    if ready:
-        proc.wait()
-    return bool(ready)
 
 
 def _end_sandbox(proc: subprocess.Popen[bytes], init: int | None) -> None:

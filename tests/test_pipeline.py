@@ -104,3 +104,20 @@ def test_a_new_lint_diagnostic_is_a_regression(verifier):
     )
     assert report.failed_stage == "ruff"
     assert "F841" in report.reason
+
+
+def test_after_the_first_check_types_come_through_the_resident_client(verifier):
+    v, ws, state = verifier(TYPED, types=True)
+    assert not v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state).failed_stage
+    report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
+    assert report.failed_stage == "mypy" and "report.py" in report.reason
+    assert v.mypy is not None and v.mypy._client is not None and v.mypy._client.poll() is None
+
+
+def test_a_daemon_that_died_is_started_again(verifier):
+    v, ws, state = verifier(TYPED, types=True)
+    assert v.mypy is not None
+    v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state)
+    v.mypy._dmypy("kill", timeout_s=30)
+    report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
+    assert report.failed_stage == "mypy" and "report.py" in report.reason

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ralph.candidate import PROTECTED_TESTS, FileChange, is_protected
 from validators.pipeline import remap_coverage
-from validators.selection import COLLECTION, ImportGraph, imports_of, select_tests
+from validators.selection import COLLECTION, ImportGraph, change_words, imports_of, select_tests
 
 
 def test_lines_below_a_removed_import_move_up():
@@ -91,3 +91,12 @@ def test_tests_that_run_the_package_in_a_subprocess_are_selected():
     }
     selection = select_tests([edit("pkg/core.py", "w * h", "w + h")], COVERAGE, ImportGraph(sources), is_test)
     assert selection.tests == ["tests/test_core.py::test_area", "tests/test_cli.py"]
+
+
+def test_the_words_of_a_change_are_its_names_and_its_functions():
+    before = "def parse_date(text):\n    return strptime(text, '%Y')\n\n\nTABLE = ['quiz', 'ox']\n"
+    after = before.replace("'%Y'", "'%y'").replace("'ox'", "'oxen'")
+    words = change_words(FileChange("lib.py", before, after))
+    assert words[0] == "parse_date"  # the enclosing function first
+    assert {"strptime", "text", "TABLE", "quiz", "oxen"} <= set(words)
+    assert not {"return", "def", "Y", "y"} & set(words)

@@ -164,3 +164,75 @@ def test_a_project_inside_a_hidden_folder_still_has_its_imports_found(tmp_path):
     write_files(project, {"lib.py": "import json\n", ".hidden/skip.py": "import secret_dep\n"})
     preload = third_party_imports(project)
     assert "json" in preload and "secret_dep" not in preload
+
+
+def _rewrite(project: Path, path: str, text: str) -> None:
+    """Write a file as the workspace does: with a later mtime, so no stale bytecode is reused."""
+    file = project / path
+    stamp = file.stat().st_mtime + 2
+    file.write_text(text)
+    os.utime(file, (stamp, stamp))
+
+
+def test_a_child_readied_ahead_runs_the_code_written_after_it_was_forked(validator, project):
+    quick = Scope(tests=("tests/test_lib.py::test_ok",))
+    assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "passed"}
+    _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
+    again = validator.check(quick, exitfirst=True)
+    assert outcomes(again) == {"test_ok": "failed"}
+    assert "assert 41 == 42" in again.tests[0].message
+    assert validator.warm.readied == 1
+
+
+def test_no_child_is_readied_ahead_where_configuring_runs_project_code(validator, project):
+    # A conftest is the project's code, and pytest loads it while configuring, before the candidate.
+    write_files(project, {"tests/conftest.py": "import lib\n"})
+    quick = Scope(tests=("tests/test_lib.py::test_ok",))
+    validator.check(quick, exitfirst=True)
+    _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
+    assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
+    assert validator.warm.readied == 0
+
+
+def test_a_readied_child_that_configuring_tainted_is_never_used(validator, project):
+    # No conftest, but the settings load a plugin from the project: caught by the spare itself.
+    write_files(
+        project,
+        {"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p lib'\n"},
+    )
+    quick = Scope(tests=("tests/test_lib.py::test_ok",))
+    validator.check(quick, exitfirst=True)
+    _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
+    assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
+    assert validator.warm.readied == 0
+
+
+def test_a_failure_message_names_the_projects_frames_and_the_assertion(validator):
+    result = validator.check(Scope(tests=("tests/test_lib.py::test_wrong",)))
+    message = result.tests[0].message
+    assert 'File "tests/test_lib.py", line 11, in test_wrong' in message
+    assert "assert answer() == 41" in message and "assert 42 == 41" in message
+
+
+def test_tests_that_failed_lately_then_tests_named_after_the_change_run_first(tmp_path):
+    write_files(
+        tmp_path,
+        {
+            "lib.py": "def answer():\n    return 42\n",
+            "tests/test_many.py": "from lib import answer\n\n\n"
+            + "".join(f"def test_{n}():\n    assert answer() == 42\n\n\n" for n in "abcdef")
+            + "def test_parse_answer():\n    assert answer() == 41\n\n\n"
+            + "def test_recent():\n    assert answer() == 40\n",
+        },
+    )
+    validator = PytestValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
+    whole = Scope(tests=("tests/test_many.py",))
+
+    def run(**order: list[str]) -> tuple[int, list[str]]:
+        result = validator.check(whole, exitfirst=True, **order)
+        failing = [t.nodeid.split("::")[1] for t in result.tests if t.failing]
+        return sum(not t.failing for t in result.tests), failing
+
+    assert run() == (6, ["test_parse_answer"])  # pytest's order
+    assert run(words=["parse", "answer"]) == (0, ["test_parse_answer"])  # the rarer word wins
+    assert run(failed_first=["tests/test_many.py::test_recent"], words=["parse"]) == (0, ["test_recent"])

@@ -7,14 +7,23 @@ dependents), so a change that breaks a caller in another file is caught, at a fr
 from __future__ import annotations
 
 import configparser
+import contextlib
+import json
+import os
 import re
+import select
+import signal
+import subprocess
 import time
 import tomllib
 from pathlib import Path
 
 from ralph.protocols import Scope
+from sandboxes.local import child_env
 from validators.report import Diagnostic, StageResult
-from validators.toolchain import Toolchain
+from validators.toolchain import PLUGIN_DIR, Toolchain
+
+CLIENT = PLUGIN_DIR / "ralph_dmypy.py"
 
 _LINE = re.compile(
     r"^(?P<path>[^:\n]+):(?P<line>\d+)(?::\d+)?: error: (?P<msg>.*?)(?:  \[(?P<code>[\w-]+)\])?$"
@@ -62,6 +71,7 @@ class MypyValidator:
         self.status_file = cache_dir / "dmypy.json"
         section = _mypy_section(toolchain.project) or {}
         self.targets = [] if section.get("files") else ["."]
+        self._client: subprocess.Popen[str] | None = None
 
     def _dmypy(self, *args: str, timeout_s: float = 300.0) -> tuple[int, str, bool]:
         argv = [self.toolchain.python, "-m", "mypy.dmypy", "--status-file", str(self.status_file), *args]
@@ -74,14 +84,17 @@ class MypyValidator:
         start = time.perf_counter()
         if scope.paths is not None and not any(p.endswith((".py", ".pyi")) for p in scope.paths):
             return StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail="no Python files")
-        code, output, timed_out = self._dmypy(
-            "run",
-            "--",
-            *_FLAGS,
-            f"--cache-dir={self.cache_dir / 'cache'}",
-            *self.targets,
-            timeout_s=scope.timeout_s,
-        )
+        flags = [*_FLAGS, f"--cache-dir={self.cache_dir / 'cache'}", *self.targets]
+        resident = self._resident(flags, scope.timeout_s)
+        if resident is not None:
+            code, output, timed_out = resident
+        else:  # starts (or restarts) the daemon
+            code, output, timed_out = self._dmypy("run", "--", *flags, timeout_s=scope.timeout_s)
+        if code not in (0, 1) and not timed_out:  # a daemon dying or gone bad: once more, afresh
+            self._stop_client()
+            self._dmypy("stop", timeout_s=30)
+            self.status_file.unlink(missing_ok=True)
+            code, output, timed_out = self._dmypy("run", "--", *flags, timeout_s=scope.timeout_s)
         elapsed = (time.perf_counter() - start) * 1000
         if code not in (0, 1) or timed_out:
             return StageResult(
@@ -102,7 +115,59 @@ class MypyValidator:
             complete_tool="mypy",
         )
 
+    def _resident(self, flags: list[str], timeout_s: float) -> tuple[int, str, bool] | None:
+        """The check through our resident client (None: run the `dmypy` command instead)."""
+        if not self.status_file.exists():
+            return None  # no daemon yet: the command starts it
+        if self._client is None or self._client.poll() is not None:
+            argv = [self.toolchain.python, str(CLIENT), str(self.status_file)]
+            self._client = subprocess.Popen(
+                argv,
+                cwd=self.toolchain.project,
+                env=child_env(self.toolchain.python_env()),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )
+            if not _read_line(self._client, 60):
+                self._stop_client()
+                return None
+        client = self._client
+        assert client.stdin is not None
+        try:
+            client.stdin.write(json.dumps({"args": flags}) + "\n")
+            client.stdin.flush()
+        except OSError:
+            self._stop_client()
+            return None
+        line = _read_line(client, timeout_s)
+        if line is None:  # hung: the next check starts afresh
+            self._stop_client()
+            return (-9, "", True)
+        try:
+            reply = json.loads(line)
+            return int(reply["status"]), f"{reply['out']}{reply['err']}", False
+        except (ValueError, KeyError, TypeError):
+            return None  # {"fallback": ...}: the daemon needs the command (not running, restart)
+
+    def _stop_client(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._client.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                self._client.wait(timeout=5)
+            self._client = None
+
     def close(self) -> None:
-        """Stop the daemon."""
+        """Stop the client and the daemon."""
+        self._stop_client()
         if self.status_file.exists():
             self._dmypy("kill", timeout_s=30)
+
+
+def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    return (proc.stdout.readline() or None) if ready else None

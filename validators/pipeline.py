@@ -86,6 +86,9 @@ class Verifier:
         self.coverage: CoverageMap = {}
         self.test_files: set[str] = set()  # files the baseline collected tests from
         self._import_graph: ImportGraph | None = None
+        # Tests the selected-test stage saw fail lately: run first, as pytest's --failed-first does,
+        # since the next candidate is most often broken the same way.
+        self.recent_failures: dict[str, None] = {}
         self.suite_s = 60.0
         self.baseline_obs = Observation()
 
@@ -112,6 +115,7 @@ class Verifier:
         for stage in stages:
             obs = obs.overlay(stage)
         self.baseline_obs = obs
+        self._graph()  # once per state, not inside the first candidate's verification
         return obs, stages
 
     @property
@@ -232,7 +236,15 @@ class Verifier:
                 "tests", ok=True, duration_ms=0.0, skipped=True, detail="no test can see the change"
             )
         tests = None if selection.everything else tuple(selection.tests)
-        result = self.tests.check(Scope(tests=tests, timeout_s=timeout_s), exitfirst=True)
+        scope = Scope(tests=tests, timeout_s=timeout_s)
+        recent = list(reversed(self.recent_failures))
+        result = self.tests.check(scope, exitfirst=True, failed_first=recent, words=selection.words)
+        for test in result.tests:
+            if test.failing:  # most recent last
+                self.recent_failures.pop(test.nodeid, None)
+                self.recent_failures[test.nodeid] = None
+        while len(self.recent_failures) > _FAILED_FIRST:
+            del self.recent_failures[next(iter(self.recent_failures))]
         result.detail += (
             f" ({len(selection.tests) if tests else 'all'} selected: "
             + "; ".join(selection.reasons[:5])
@@ -311,6 +323,7 @@ class _Stages:
         return broken
 
 
+_FAILED_FIRST = 20
 _CONFIG_FILES = frozenset({"pyproject.toml", "setup.cfg", "pytest.ini", "tox.ini", "conftest.py"})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ralph.errors import RalphError
@@ -35,9 +36,18 @@ class PytestValidator:
         self.test_timeout_s = test_timeout_s  # one test's limit (our plugin fails it, the run goes on)
         self.last_coverage: CoverageMap = {}
 
-    def check(self, scope: Scope, *, coverage: bool = False, exitfirst: bool = False) -> StageResult:
+    def check(
+        self,
+        scope: Scope,
+        *,
+        coverage: bool = False,
+        exitfirst: bool = False,
+        failed_first: Sequence[str] = (),
+        words: Sequence[str] = (),
+    ) -> StageResult:
         """Run `scope.tests` (all when None). Requested tests that report nothing count as errors,
-        except after a failure with `exitfirst` (stop at the first failing test)."""
+        except after a failure with `exitfirst` (stop at the first failing test). The tests in
+        `failed_first`, then those named after one of the `words`, run before the others."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
         with tempfile.TemporaryDirectory(prefix="ralph-pytest-", dir=self.toolchain.scratch) as tmp:
@@ -50,6 +60,8 @@ class PytestValidator:
             }
             if coverage:
                 env["RALPH_COVERAGE"] = str(coverage_path)
+            if failed_first or words:
+                env["RALPH_FIRST"] = json.dumps({"tests": list(failed_first), "words": list(words)})
             args = [
                 "-p",
                 "ralph_pytest_report",
@@ -57,17 +69,20 @@ class PytestValidator:
                 "no:cacheprovider",
                 f"--rootdir={project}",
                 "-q",
-                "--tb=short",
+                # Our plugin writes each failure's message itself: pytest's formatting is slow.
+                "--tb=no",
                 "--no-header",
                 # One module that fails to import must not hide the outcome of every other test.
                 "--continue-on-collection-errors",
                 *(["-x"] if exitfirst else []),
-                *(scope.tests or ()),
             ]
+            selected = list(scope.tests or ())
             if self.warm is not None:
-                run = self.warm.run(args, env=env, timeout_s=scope.timeout_s)
+                # Fail-fast runs of selected tests come once per candidate: the worker readies the next.
+                spare = exitfirst and bool(selected)
+                run = self.warm.run(args, selected, env=env, timeout_s=scope.timeout_s, spare=spare)
             else:
-                argv = [self.toolchain.python, "-m", "pytest", *args]
+                argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
                 run = self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
             tests = _read_report(report_path, project)
             if coverage and coverage_path.exists():

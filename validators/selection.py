@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import keyword
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -31,6 +33,9 @@ class Selection:
     tests: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     everything: bool = False  # the change can affect anything: run the whole suite
+    # Names from the changed lines and their functions: tests named after them run first, so a
+    # fail-fast run of a broken candidate stops after one test, not after the whole module.
+    words: list[str] = field(default_factory=list)
 
 
 _NEVER_SOURCES = frozenset({"__pycache__", "node_modules"})
@@ -141,10 +146,46 @@ def _function_spans(source: str) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(spans, key=lambda s: s[1] - s[0]))
 
 
-def changed_lines(change: FileChange) -> set[int]:
-    """Lines of `before` (1-based) that the change replaces or deletes, or inserts next to."""
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+_NOT_WORDS = frozenset(keyword.kwlist) | {"self", "cls", "test", "tests", "None", "True", "False"}
+
+
+@functools.lru_cache(maxsize=64)
+def _function_names(source: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, name) of every function and class, innermost first."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    spans = [
+        (node.lineno, node.end_lineno or node.lineno, node.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+    return tuple(sorted(spans, key=lambda s: s[1] - s[0]))
+
+
+def change_words(change: FileChange, limit: int = 40) -> list[str]:
+    """Names a test of the changed code is likely named after: the identifiers (and words inside
+    string literals) on the changed lines, before and after, and the function enclosing them."""
     before = (change.before or "").splitlines()
     after = (change.after or "").splitlines()
+    found: dict[str, None] = {}
+    text: list[str] = []
+    for _tag, i1, i2, j1, j2 in _edits(before, after):
+        text += before[i1:i2] + after[j1:j2]
+        at = i1 + 1  # the first changed line (1-based), or the line an insertion precedes
+        enclosing = (n for first, last, n in _function_names(change.before or "") if first <= at <= last)
+        if name := next(enclosing, None):
+            found[name.strip("_")] = None
+    for line in text:
+        found.update(dict.fromkeys(w.strip("_") for w in _WORD.findall(line) if w not in _NOT_WORDS))
+    found.pop("", None)
+    return [w for w in found if len(w) >= 3][:limit]
+
+
+def _edits(before: list[str], after: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """difflib's non-equal opcodes between two line lists, as 0-based absolute ranges."""
     # Trim the common head and tail first: a drafter's edit is small, files can be long.
     head = 0
     while head < min(len(before), len(after)) and before[head] == after[head]:
@@ -155,12 +196,21 @@ def changed_lines(change: FileChange) -> set[int]:
     middle = difflib.SequenceMatcher(
         None, before[head : len(before) - tail], after[head : len(after) - tail], autojunk=False
     )
+    return [
+        (tag, i1 + head, i2 + head, j1 + head, j2 + head)
+        for tag, i1, i2, j1, j2 in middle.get_opcodes()
+        if tag != "equal"
+    ]
+
+
+def changed_lines(change: FileChange) -> set[int]:
+    """Lines of `before` (1-based) that the change replaces or deletes, or inserts next to."""
+    before = (change.before or "").splitlines()
     lines: set[int] = set()
-    for tag, i1, i2, _j1, _j2 in middle.get_opcodes():
-        i1, i2 = i1 + head, i2 + head
+    for tag, i1, i2, _j1, _j2 in _edits(before, (change.after or "").splitlines()):
         if tag == "insert":  # between lines i1 and i1 + 1 (1-based): both neighbours count
             lines.update(n for n in (i1, i1 + 1) if n >= 1)
-        elif tag != "equal":
+        else:
             lines.update(range(i1 + 1, i2 + 1))
     return lines
 
@@ -193,6 +243,7 @@ def select_tests(
             selection.reasons.append(
                 f"{path}: {len(spawners)} test files run Python processes that may import it"
             )
+        selection.words += [w for w in change_words(change) if w not in selection.words]
         spans = _function_spans(change.before)
         executed = {t: set(files[path]) for t, files in coverage.items() if path in files}
         for line in sorted(changed_lines(change)):

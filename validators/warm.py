@@ -37,12 +37,14 @@ class WarmRunner:
         self._proc: subprocess.Popen[str] | None = None
         self._next_id = 0
         self.starts = 0
+        self.readied = 0  # runs served by a child the worker had configured ahead
 
     def _start(self) -> subprocess.Popen[str]:
         # The worker drops these after preloading, should a dependency have imported an installed
         # copy of the project (its own modules must always come fresh from the workspace).
         own = ",".join(sorted(project_modules(self.toolchain.project)))
-        env = child_env(self.toolchain.python_env({"RALPH_OWN_MODULES": own}))
+        spare = "1" if spare_safe(self.toolchain.project) else "0"
+        env = child_env(self.toolchain.python_env({"RALPH_OWN_MODULES": own, "RALPH_SPARE": spare}))
         argv = [self.toolchain.python, str(WORKER), *self.preload]
         wrap = getattr(self.toolchain.sandbox, "wrap", None)
         if wrap is not None:  # the worker, and every test it forks, runs inside the sandbox
@@ -64,8 +66,17 @@ class WarmRunner:
         self.starts += 1
         return proc
 
-    def run(self, args: Sequence[str], *, env: Mapping[str, str], timeout_s: float) -> ProcessResult:
-        """One pytest run; output is captured to a file and returned head/tail-capped."""
+    def run(
+        self,
+        args: Sequence[str],
+        tests: Sequence[str] = (),
+        *,
+        env: Mapping[str, str],
+        timeout_s: float,
+        spare: bool = False,
+    ) -> ProcessResult:
+        """One run of `pytest args tests`; output is captured to a file and returned head/tail-capped.
+        With `spare`, the worker then forks the next child ahead, configured for the same `args`."""
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
@@ -76,6 +87,8 @@ class WarmRunner:
             request = {
                 "id": self._next_id,
                 "args": list(args),
+                "tests": list(tests),
+                "spare": spare,
                 "env": dict(env),
                 "cwd": str(self.toolchain.project),
                 "path": [str(PLUGIN_DIR), str(self.toolchain.project)],
@@ -96,6 +109,7 @@ class WarmRunner:
                     -9, "the warm test runner died", time.monotonic() - start, timed_out=False
                 )
             reply = json.loads(line)
+            self.readied += bool(reply.get("readied"))
             text = ""
             if output.exists():
                 with output.open("rb") as f:
@@ -119,6 +133,27 @@ def _kill(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         proc.wait(timeout=5)
+
+
+_PYTEST_SETTINGS = frozenset(
+    {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"}
+)
+
+
+def spare_safe(project: Path, limit: int = 20000) -> bool:
+    """Whether a test child configured before the candidate is written behaves as one started after
+    it: no conftest files (their code, and the plugins they name, load while configuring) and no
+    pytest settings below the project root (found from the tests' paths, unknown in advance)."""
+    seen = 0
+    for directory, dirs, files in os.walk(project):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
+        here = Path(directory)
+        if "conftest.py" in files or (here != project and _PYTEST_SETTINGS & set(files)):
+            return False
+        seen += len(files)
+        if seen > limit:
+            return False
+    return True
 
 
 def project_modules(project: Path) -> set[str]:

@@ -8,6 +8,7 @@ is set, the lines of files under $RALPH_COVERAGE_ROOT that each test executed.
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import signal
 import sys
@@ -29,7 +30,21 @@ def _write(record: dict) -> None:
 
 
 def _message(report) -> str:
+    """The failure as a drafter reads it: the project's frames (pytest's own `--tb` formatting, which
+    re-parses each file, is switched off: it cost ~35 ms a failing run) and the exception with
+    pytest's assertion details."""
     text = report.longreprtext or ""
+    frames = getattr(report, "_ralph_frames", [])
+    if frames:
+        root = _root()
+        lines = ["Traceback (project frames, most recent call last):"]
+        for path, lineno, name in frames:
+            shown = path[len(root) :] if root and path.startswith(root) else path
+            lines.append(f'  File "{shown}", line {lineno}, in {name}')
+            source = linecache.getline(path, lineno).strip()
+            if source:
+                lines.append(f"    {source}")
+        text = "\n".join(lines) + "\n" + text
     if len(text) > _MAX_MESSAGE:
         text = text[: _MAX_MESSAGE // 4] + "\n[...]\n" + text[-3 * _MAX_MESSAGE // 4 :]
     return text
@@ -95,6 +110,33 @@ def pytest_collectreport(report) -> None:
                 "frames": [],
             }
         )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """With $RALPH_FIRST ({"tests": [node ids], "words": [...]}): tests that failed lately first,
+    then those asked for by node id, each group ordered by the rarest of the words its name
+    contains; the rest keep pytest's order. A broken candidate then fails on its first test or so,
+    and -x stops the run there instead of after the whole module."""
+    try:
+        first = json.loads(os.environ.get("RALPH_FIRST") or "{}")
+    except ValueError:
+        return
+    failed = set(first.get("tests", []))
+    words = [w.lower() for w in first.get("words", [])]
+    if not failed and not words:
+        return
+    explicit = set(config.args)
+    names = {id(item): item.nodeid.partition("::")[2].lower() for item in items}
+    count = {w: sum(w in name for name in names.values()) for w in words}
+    unmatched = len(items) + 1  # (a list being sorted reads as empty)
+
+    def rank(item) -> tuple[bool, bool, int]:
+        name = names[id(item)]
+        rarest = min((count[w] for w in words if w in name), default=unmatched)
+        return item.nodeid not in failed, item.nodeid not in explicit, rarest
+
+    items.sort(key=rank)
 
 
 # Per-test coverage: coverage.py's C tracer when the target has it, else a sys.settrace fallback.
