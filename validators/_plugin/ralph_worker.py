@@ -20,6 +20,8 @@ import tempfile
 import time
 import traceback
 
+import pytest
+
 
 def _pytest_plugins() -> tuple[list[str], list[str]]:
     """pytest's builtin plugins, and the installed ones it would autoload: importing them is most of
@@ -104,8 +106,6 @@ def _run_child(request: dict) -> None:
     os.environ.update(request.get("env", {}))
     code = 3
     try:
-        import pytest
-
         code = int(pytest.main([*_QUIET, *request["args"], *request.get("tests", [])]))
     except BaseException:
         traceback.print_exc()
@@ -116,14 +116,15 @@ def _run_child(request: dict) -> None:
 
 
 class _Spare:
-    """The next test child, forked ahead with pytest configured for the next request's flags.
+    """The next test child, forked ahead, with pytest configured for the next request's flags and
+    its session started, held where collection begins until the request comes.
 
-    Parsing the configuration and registering pytest's plugins is a third of a small run (~22 ms
-    of ~68 ms measured); a spare does it while ralph drafts and applies the next candidate, then
-    waits for the request and only collects and runs. Only used where that cannot differ from a
-    fresh `pytest.main`: the host allows it for projects without conftest files or nested pytest
-    settings, and a spare whose configuring imported any project file is never used (its modules
-    would predate the candidate).
+    Configuring pytest, registering its plugins and starting a session is most of a small run
+    (measured on toolz: a one-test child took ~68 ms with `pytest.main`, ~30 ms from a spare); a
+    spare does it while ralph drafts and applies the next candidate. Only used where that cannot
+    differ from a fresh `pytest.main`: the host allows it for projects without conftest files or
+    nested pytest settings, and a spare in which anything imported a project file before the
+    request came is never used (those modules would predate the candidate).
     """
 
     def __init__(self, template: dict) -> None:
@@ -169,35 +170,21 @@ class _Spare:
 
 
 def _run_spare(template: dict, request_read: int, status_write: int) -> None:
-    """In the spare: configure, say whether it is usable, then run the one request it is sent."""
+    """In the spare: configure and start a session, then, where collection would begin, say whether
+    it is usable and wait for the one request it runs."""
     _become_child()
     # Where the output goes is unknown until the request comes; the file lives as long as we do.
     output = tempfile.TemporaryFile()  # noqa: SIM115
     _redirect_output(os.dup(output.fileno()))
     _enter(template)
     code = 3
-    request = None
+    waiter = _Waiter(status_write, request_read)
     try:
-        import pytest
-        from _pytest.config import Config, _prepareconfig
+        from _pytest.config import _prepareconfig
 
         os.environ["PYTEST_VERSION"] = pytest.__version__  # as pytest.main() sets it
         config = _prepareconfig([*_QUIET, *template["args"]], None)
-        root = os.getcwd() + os.sep
-        tainted = any(
-            (getattr(module, "__file__", None) or "").startswith(root)
-            for module in list(sys.modules.values())
-        )
-        os.write(status_write, b"tainted" if tainted else b"ready")
-        os.close(status_write)
-        if tainted:
-            os._exit(3)
-        request = json.loads(_read_all(request_read) or b"null")
-        if not request:
-            os._exit(3)
-        os.environ.update(request.get("env", {}))
-        config.args = list(request["tests"])
-        config.args_source = Config.ArgsSource.ARGS
+        config.pluginmanager.register(waiter, "ralph-spare")
         try:
             code = int(config.hook.pytest_cmdline_main(config=config))
         finally:
@@ -207,10 +194,40 @@ def _run_spare(template: dict, request_read: int, status_write: int) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        if request:
+        if waiter.request:
             with contextlib.suppress(BaseException):
-                _copy_capped(output, request["output"])
+                _copy_capped(output, waiter.request["output"])
         os._exit(code)
+
+
+class _Waiter:
+    """A pytest plugin in the spare: holds the session at the start of collection until the request
+    comes, then points the session at the request's tests and lets collection go on."""
+
+    def __init__(self, status_write: int, request_read: int) -> None:
+        self.status_write = status_write
+        self.request_read = request_read
+        self.request: dict | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session) -> None:
+        root = os.getcwd() + os.sep
+        tainted = any(
+            (getattr(module, "__file__", None) or "").startswith(root)
+            for module in list(sys.modules.values())
+        )
+        os.write(self.status_write, b"tainted" if tainted else b"ready")
+        os.close(self.status_write)
+        if tainted:  # configuring imported the project: what it imported predates the candidate
+            os._exit(3)
+        self.request = json.loads(_read_all(self.request_read) or b"null")
+        if not self.request:
+            os._exit(3)
+        os.environ.update(self.request.get("env", {}))
+        from _pytest.config import Config
+
+        session.config.args = list(self.request["tests"])
+        session.config.args_source = Config.ArgsSource.ARGS
 
 
 def _read_all(fd: int) -> bytes:
@@ -289,8 +306,6 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
 
 
 def main() -> None:
-    import pytest  # noqa: F401
-
     builtin, plugins = _pytest_plugins()
     loaded = _preload(["ralph_pytest_report", *builtin, *plugins, *sys.argv[1:]])
     _forget_project_modules(os.environ.get("RALPH_OWN_MODULES", "").split(","), os.getcwd())
