@@ -95,8 +95,9 @@ def test_tests_that_run_the_package_in_a_subprocess_are_selected():
 
 def test_the_words_of_a_change_are_its_names_and_its_functions():
     before = "def parse_date(text):\n    return strptime(text, '%Y')\n\n\nTABLE = ['quiz', 'ox']\n"
-    after = before.replace("'%Y'", "'%y'").replace("'ox'", "'oxen'")
+    after = before.replace("'%Y'", "'%y'").replace("'ox'", "'oxen'") + "six_moves_urllib_parse = 1\n"
     words = change_words(FileChange("lib.py", before, after))
     assert words[0] == "parse_date"  # the enclosing function first
     assert {"strptime", "text", "TABLE", "quiz", "oxen"} <= set(words)
+    assert {"six_moves_urllib_parse", "urllib_parse", "six_moves"} <= set(words)
     assert not {"return", "def", "Y", "y"} & set(words)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -36,10 +37,11 @@ class RuffValidator:
                 self.name, ok=False, duration_ms=elapsed, detail=f"ruff failed: {result.output[-500:]}"
             )
         project = self.toolchain.project.resolve()
+        relative = functools.cache(lambda name: project_relative(name, project))  # one per file
         diagnostics = [
             Diagnostic(
                 tool="ruff",
-                path=project_relative(d["filename"], project),
+                path=relative(d["filename"]),
                 line=(d.get("location") or {}).get("row", 0),
                 code=d.get("code") or "syntax",
                 message=d.get("message", ""),

@@ -194,7 +194,7 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 _NOT_WORDS = frozenset(keyword.kwlist) | {"self", "cls", "test", "tests", "None", "True", "False"}
 
 
-def change_words(change: FileChange, limit: int = 40) -> list[str]:
+def change_words(change: FileChange, limit: int = 60) -> list[str]:
     """Names a test of the changed code is likely named after: the identifiers (and words inside
     string literals) on the changed lines, before and after, and the function enclosing them."""
     before = (change.before or "").splitlines()
@@ -208,9 +208,21 @@ def change_words(change: FileChange, limit: int = 40) -> list[str]:
         if name := next(enclosing, None):
             found[name.strip("_")] = None
     for line in text:
-        found.update(dict.fromkeys(w.strip("_") for w in _WORD.findall(line) if w not in _NOT_WORDS))
+        for word in _WORD.findall(line):
+            if word not in _NOT_WORDS:
+                found[word.strip("_")] = None
+                found.update(dict.fromkeys(_runs(word)))
     found.pop("", None)
     return [w for w in found if len(w) >= 3][:limit]
+
+
+def _runs(word: str) -> list[str]:
+    """The shorter runs of a snake_case name's parts (`six_moves_urllib_parse` -> `six_moves`,
+    `urllib_parse`, ...): a test is often named after a part of a long name."""
+    parts = [p for p in word.split("_") if p]
+    return [
+        "_".join(parts[i : i + n]) for n in range(len(parts) - 1, 1, -1) for i in range(len(parts) - n + 1)
+    ]
 
 
 def _edits(before: list[str], after: list[str]) -> list[tuple[str, int, int, int, int]]:

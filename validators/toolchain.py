@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -87,6 +88,7 @@ def find_python(project: Path, repo_root: Path, explicit: str | None) -> str:
     return sys.executable
 
 
+@functools.cache
 def ruff_bin() -> str:
     """The ruff executable installed with ralph (else one on PATH)."""
     try:
