@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -121,3 +122,26 @@ def test_a_daemon_that_died_is_started_again(verifier):
     v.mypy._dmypy("kill", timeout_s=30)
     report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
     assert report.failed_stage == "mypy" and "report.py" in report.reason
+
+
+def test_the_syntax_stage_leaves_bytecode_that_imports_use_and_edits_invalidate(tmp_path):
+    import subprocess
+
+    from ralph.protocols import Scope
+    from validators.syntax import SyntaxValidator
+
+    write_files(tmp_path, {"mod.py": "VALUE = 1\n"})
+    toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
+    assert toolchain.reads_our_bytecode
+    assert SyntaxValidator(toolchain, write_bytecode=True).check(Scope(paths=("mod.py",))).ok
+    cached = tmp_path / "__pycache__" / f"mod.{sys.implementation.cache_tag}.pyc"
+    written = cached.stat().st_mtime_ns
+    run = [sys.executable, "-c", "import mod; print(mod.VALUE)"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    assert subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True).stdout == "1\n"
+    assert cached.stat().st_mtime_ns == written  # the import used it (a stale one is rewritten)
+    # An edit of the same size within the same second still wins: the workspace bumps mtimes.
+    stamp = (tmp_path / "mod.py").stat().st_mtime + 2
+    (tmp_path / "mod.py").write_text("VALUE = 2\n")
+    os.utime(tmp_path / "mod.py", (stamp, stamp))
+    assert subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True).stdout == "2\n"

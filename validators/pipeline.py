@@ -83,7 +83,8 @@ class Verifier:
         self.targets = targets
         self.protected = protected
         self.only = only  # when set, edits outside these files are refused
-        self.syntax = SyntaxValidator(toolchain)
+        # The workspace is ours: the bytecode of a compiled candidate can serve the tests' imports.
+        self.syntax = SyntaxValidator(toolchain, write_bytecode=toolchain.reads_our_bytecode)
         self.ruff = RuffValidator(toolchain)
         self.mypy = MypyValidator(toolchain, cache_dir / "mypy") if types else None
         self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
 import sys
@@ -60,6 +61,17 @@ class Toolchain:
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 300.0
     ) -> ProcessResult:
         return self.tools.run(argv, cwd=str(self.project), env=env, timeout_s=timeout_s)
+
+    @functools.cached_property
+    def reads_our_bytecode(self) -> bool:
+        """Whether the target interpreter loads .pyc files this interpreter writes (same cache tag
+        and magic number, no -O): then bytecode compiled here can serve its imports."""
+        if Path(self.python).resolve() == Path(sys.executable).resolve():
+            return not sys.flags.optimize
+        probe = "import sys, importlib.util as u; print(sys.implementation.cache_tag, u.MAGIC_NUMBER.hex(), sys.flags.optimize)"
+        result = self.tools.run([self.python, "-c", probe], cwd=str(self.project), timeout_s=60)
+        ours = f"{sys.implementation.cache_tag} {importlib.util.MAGIC_NUMBER.hex()} 0"
+        return result.ok and result.output.strip() == ours
 
     def has_module(self, module: str) -> bool:
         result = self.run([self.python, "-c", f"import {module}"], env=self.python_env(), timeout_s=60)
