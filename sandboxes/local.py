@@ -68,9 +68,20 @@ class LocalSandbox:
         stdin: str | None = None,
     ) -> ProcessResult:
         """Run `argv` in `cwd` with an allowlisted environment plus `env`."""
-        start = time.monotonic()
+        return self.start(argv, cwd=cwd, env=env, stdin=stdin).wait(timeout_s)
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> Started:
+        """Start `argv` and return at once: the caller works while it runs, then waits for it."""
         # Output goes to an unlinked temp file, so a child printing gigabytes never fills our memory.
-        with tempfile.TemporaryFile() as out:
+        out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Started.wait)
+        try:
             proc = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
@@ -80,17 +91,33 @@ class LocalSandbox:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            self._limit(proc.pid)
-            if stdin is not None and proc.stdin is not None:
-                threading.Thread(target=feed_stdin, args=(proc.stdin, stdin.encode()), daemon=True).start()
+        except BaseException:
+            out.close()
+            raise
+        self._limit(proc.pid)
+        if stdin is not None and proc.stdin is not None:
+            threading.Thread(target=feed_stdin, args=(proc.stdin, stdin.encode()), daemon=True).start()
+        return Started(proc, out, self.max_output)
+
+
+class Started:
+    """A process `LocalSandbox.start` started; `wait` once for its result."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], out: IO[bytes], max_output: int) -> None:
+        self.proc, self.out, self.max_output = proc, out, max_output
+        self.began = time.monotonic()
+
+    def wait(self, timeout_s: float) -> ProcessResult:
+        """Its result; past `timeout_s` (counted from its start) it is killed with its group."""
+        with self.out:
             try:
-                timed_out = not wait_exit(proc, timeout_s)
+                left = max(0.0, timeout_s - (time.monotonic() - self.began))
+                timed_out = not wait_exit(self.proc, left)
             finally:
-                _kill_group(proc)
-            returncode = -9 if timed_out else proc.returncode
-            return ProcessResult(
-                returncode, read_capped(out, self.max_output), time.monotonic() - start, timed_out
-            )
+                _kill_group(self.proc)
+            returncode = -9 if timed_out else self.proc.returncode
+            output = read_capped(self.out, self.max_output)
+        return ProcessResult(returncode, output, time.monotonic() - self.began, timed_out)
 
 
 def feed_stdin(pipe: IO[bytes], data: bytes) -> None:

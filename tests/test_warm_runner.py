@@ -236,3 +236,13 @@ def test_tests_that_failed_lately_then_tests_named_after_the_change_run_first(tm
     assert run() == (6, ["test_parse_answer"])  # pytest's order
     assert run(words=["parse", "answer"]) == (0, ["test_parse_answer"])  # the rarer word wins
     assert run(failed_first=["tests/test_many.py::test_recent"], words=["parse"]) == (0, ["test_recent"])
+
+
+def test_a_readied_child_caps_what_a_test_prints(validator, project):
+    write_files(project, {"tests/test_loud.py": "def test_loud():\n    print('x' * (3 << 20))\n"})
+    warm = validator.warm
+    args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-s", "-x"]
+    for _ in range(2):
+        result = warm.run(args, ["tests/test_loud.py::test_loud"], env={}, timeout_s=60, spare=True)
+    assert warm.readied == 1 and result.returncode == 0
+    assert "bytes of output dropped" in result.output and len(result.output) < 3 << 20

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 
 from ralph.protocols import Scope
+from sandboxes.local import ProcessResult
 from validators.report import Diagnostic, StageResult
 from validators.toolchain import Toolchain, project_relative, ruff_bin
 
@@ -18,15 +20,24 @@ class RuffValidator:
         self.toolchain = toolchain
 
     def check(self, scope: Scope) -> StageResult:
+        return self.start(scope)()
+
+    def start(self, scope: Scope) -> Callable[[], StageResult]:
+        """Start ruff and return at once; calling the result waits for ruff's findings."""
         start = time.perf_counter()
         paths = [p for p in scope.paths if p.endswith((".py", ".pyi"))] if scope.paths is not None else None
         if paths == []:
-            return StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail="no Python files")
+            return lambda: StageResult(
+                self.name, ok=True, duration_ms=0.0, skipped=True, detail="no Python files"
+            )
         argv = [ruff_bin(), "check", "--output-format=json", "--exit-zero", "--no-cache", "--force-exclude"]
         # A few files gain nothing from ruff's thread pool (measured: 7 ms instead of 9.5 ms a call),
         # and the candidate's tests may be running beside it.
         env = {"RAYON_NUM_THREADS": "1"} if paths is not None else None
-        result = self.toolchain.run_tool([*argv, *(paths or ["."])], env=env, timeout_s=scope.timeout_s)
+        running = self.toolchain.start_tool([*argv, *(paths or ["."])], env=env)
+        return lambda: self._findings(running.wait(scope.timeout_s), paths, start)
+
+    def _findings(self, result: ProcessResult, paths: list[str] | None, start: float) -> StageResult:
         elapsed = (time.perf_counter() - start) * 1000
         try:
             raw = json.loads(result.output[result.output.index("[") :]) if result.ok else None

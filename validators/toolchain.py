@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ralph.errors import RalphError
 from ralph.protocols import Sandbox
-from sandboxes.local import LocalSandbox, ProcessResult
+from sandboxes.local import LocalSandbox, ProcessResult, Started
 
 PLUGIN_DIR = Path(__file__).parent / "_plugin"
 
@@ -29,7 +29,7 @@ class Toolchain:
     # Where files passed between ralph and a sandboxed process live (a sandbox's /tmp is private).
     scratch: Path | None = None
     # Runs trusted tools that execute no project code (ruff, git, the type checker's daemon).
-    tools: Sandbox = field(default_factory=LocalSandbox)
+    tools: LocalSandbox = field(default_factory=LocalSandbox)
 
     def python_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the target's Python: our plugin and the workspace's code come first on the path."""
@@ -72,6 +72,9 @@ class Toolchain:
         result = self.tools.run([self.python, "-c", probe], cwd=str(self.project), timeout_s=60)
         ours = f"{sys.implementation.cache_tag} {importlib.util.MAGIC_NUMBER.hex()} 0"
         return result.ok and result.output.strip() == ours
+
+    def start_tool(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> Started:
+        return self.tools.start(argv, cwd=str(self.project), env=env)
 
     def has_module(self, module: str) -> bool:
         result = self.run([self.python, "-c", f"import {module}"], env=self.python_env(), timeout_s=60)
