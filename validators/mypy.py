@@ -72,6 +72,7 @@ class MypyValidator:
         section = _mypy_section(toolchain.project) or {}
         self.targets = [] if section.get("files") else ["."]
         self._client: subprocess.Popen[str] | None = None
+        self._resident_ok = True
 
     def _dmypy(self, *args: str, timeout_s: float = 300.0) -> tuple[int, str, bool]:
         argv = [self.toolchain.python, "-m", "mypy.dmypy", "--status-file", str(self.status_file), *args]
@@ -117,8 +118,8 @@ class MypyValidator:
 
     def _resident(self, flags: list[str], timeout_s: float) -> tuple[int, str, bool] | None:
         """The check through our resident client (None: run the `dmypy` command instead)."""
-        if not self.status_file.exists():
-            return None  # no daemon yet: the command starts it
+        if not self.status_file.exists() or not self._resident_ok:
+            return None  # no daemon yet (the command starts it), or a client that cannot start
         if self._client is None or self._client.poll() is not None:
             argv = [self.toolchain.python, str(CLIENT), str(self.status_file)]
             self._client = subprocess.Popen(
@@ -131,8 +132,9 @@ class MypyValidator:
                 text=True,
                 start_new_session=True,
             )
-            if not _read_line(self._client, 60):
+            if not _read_line(self._client, 60):  # this mypy's client cannot run ours: never again
                 self._stop_client()
+                self._resident_ok = False
                 return None
         client = self._client
         assert client.stdin is not None

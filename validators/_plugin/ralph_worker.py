@@ -180,7 +180,7 @@ def _run_spare(template: dict, request_read: int, status_write: int) -> None:
     code = 3
     waiter = _Waiter(status_write, request_read)
     try:
-        from _pytest.config import _prepareconfig
+        from _pytest.config import _prepareconfig  # pytest's own first half of pytest.main()
 
         os.environ["PYTEST_VERSION"] = pytest.__version__  # as pytest.main() sets it
         config = _prepareconfig([*_QUIET, *template["args"]], None)
@@ -198,6 +198,9 @@ def _run_spare(template: dict, request_read: int, status_write: int) -> None:
             with contextlib.suppress(BaseException):
                 _copy_capped(output, waiter.request["output"])
         os._exit(code)
+
+
+ARGS_SOURCE = getattr(getattr(getattr(pytest, "Config", None), "ArgsSource", None), "ARGS", None)
 
 
 class _Waiter:
@@ -224,10 +227,9 @@ class _Waiter:
         if not self.request:
             os._exit(3)
         os.environ.update(self.request.get("env", {}))
-        from _pytest.config import Config
-
         session.config.args = list(self.request["tests"])
-        session.config.args_source = Config.ArgsSource.ARGS
+        if ARGS_SOURCE is not None:  # what pytest's header says the paths came from
+            session.config.args_source = ARGS_SOURCE
 
 
 def _read_all(fd: int) -> bytes:
