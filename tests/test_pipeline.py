@@ -145,3 +145,29 @@ def test_the_syntax_stage_leaves_bytecode_that_imports_use_and_edits_invalidate(
     (tmp_path / "mod.py").write_text("VALUE = 2\n")
     os.utime(tmp_path / "mod.py", (stamp, stamp))
     assert subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True).stdout == "2\n"
+
+
+def test_what_a_mypy_plugin_prints_never_shifts_the_daemons_verdicts(tmp_path):
+    from ralph.protocols import Scope
+    from validators.mypy import MypyValidator
+
+    plugin = (
+        "from mypy.plugin import Plugin\n\n\nclass Loud(Plugin):\n"
+        "    def get_function_hook(self, fullname):\n        print('hook', fullname)\n        return None\n\n\n"
+        "def plugin(version):\n    return Loud\n"
+    )
+    project = tmp_path / "p"
+    write_files(project, {"pyproject.toml": "[tool.mypy]\nplugins = ['loud']\n", "loud.py": plugin})
+    toolchain = Toolchain(sys.executable, LocalSandbox(), project, env={"PYTHONPATH": str(project)})
+    mypy = MypyValidator(toolchain, tmp_path / "cache")
+    head = "def noisy() -> int:\n    return 1\n\n\nx: int = noisy()\n"
+    verdicts = []
+    try:
+        for step, extra in enumerate(["", "y: str = 1\n", "", "z: str = 2\n", ""]):
+            file = project / "mod.py"
+            file.write_text(head + extra)
+            os.utime(file, (time.time() + 2 * step, time.time() + 2 * step))
+            verdicts.append(mypy.check(Scope(paths=("mod.py",), timeout_s=120)).ok)
+    finally:
+        mypy.close()
+    assert verdicts == [True, False, True, False, True]

@@ -246,3 +246,35 @@ def test_a_readied_child_caps_what_a_test_prints(validator, project):
         result = warm.run(args, ["tests/test_loud.py::test_loud"], env={}, timeout_s=60, spare=True)
     assert warm.readied == 1 and result.returncode == 0
     assert "bytes of output dropped" in result.output and len(result.output) < 3 << 20
+
+
+def test_a_request_larger_than_a_pipe_reaches_a_readied_child(validator):
+    tests = ["tests/test_lib.py::test_ok"] * 6000  # ~160 KiB of JSON; pytest drops the repeats
+    for _ in range(2):
+        result = validator.check(Scope(tests=tuple(tests)), exitfirst=True)
+    assert validator.warm.readied == 1 and outcomes(result) == {"test_ok": "passed"}
+
+
+def test_a_readied_child_that_ends_abruptly_still_leaves_its_output(validator, project):
+    write_files(
+        project,
+        {
+            "tests/test_exit.py": "import os\n\n\ndef test_exit():\n    print('last words', flush=True)\n    os._exit(7)\n"
+        },
+    )
+    args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-s", "-x"]
+    for _ in range(2):
+        result = validator.warm.run(args, ["tests/test_exit.py::test_exit"], env={}, timeout_s=60, spare=True)
+    assert validator.warm.readied == 1
+    assert result.returncode == 7 and "last words" in result.output
+
+
+def test_a_readied_child_reports_a_missing_test_as_pytest_does(validator):
+    args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-x"]
+    codes = [
+        validator.warm.run(
+            args, ["tests/test_lib.py::test_gone"], env={}, timeout_s=60, spare=True
+        ).returncode
+        for _ in range(2)
+    ]
+    assert validator.warm.readied == 1 and codes == [4, 4]

@@ -145,14 +145,18 @@ class MypyValidator:
             self._stop_client()
             return None
         line = _read_line(client, timeout_s)
-        if line is None:  # hung: the next check starts afresh
-            self._stop_client()
-            return (-9, "", True)
+        if line is None:
+            hung = client.poll() is None
+            self._stop_client()  # the next check starts afresh
+            return (-9, "", True) if hung else None  # a client that died: the command instead
         try:
             reply = json.loads(line)
-            return int(reply["status"]), f"{reply['out']}{reply['err']}", False
-        except (ValueError, KeyError, TypeError):
-            return None  # {"fallback": ...}: the daemon needs the command (not running, restart)
+        except ValueError:  # not ours: this client's replies can no longer be trusted
+            self._stop_client()
+            return None
+        if "fallback" in reply:  # the daemon needs the command (not running, a restart)
+            return None
+        return int(reply["status"]), f"{reply['out']}{reply['err']}", False
 
     def _stop_client(self) -> None:
         if self._client is not None:

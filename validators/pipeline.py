@@ -234,8 +234,11 @@ class Verifier:
         started, then the compile runs here while it works (a thread for either was slower on one
         module or another: the compile holds the interpreter). A syntax error is reported first."""
         lint = self.ruff.start(Scope(paths=paths))
-        syntax = self.syntax.check(Scope(paths=paths))
-        return run.merge([syntax, lint()])
+        try:
+            syntax = self.syntax.check(Scope(paths=paths))
+        finally:
+            findings = lint()  # waited for (and its files closed) whatever the compile did
+        return run.merge([syntax, findings])
 
     def selection(self, candidate: Candidate, current: Observation) -> Selection:
         graph = self._graph()

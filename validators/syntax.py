@@ -39,8 +39,10 @@ class SyntaxValidator:
             except OSError:  # deleted, or not a file
                 continue
             try:
-                code = compile(source, str(file), "exec", dont_inherit=True)
-            except (SyntaxError, ValueError) as exc:
+                # optimize=0: the bytecode may serve the tests' imports, asserts included.
+                code = compile(source, str(file), "exec", dont_inherit=True, optimize=0)
+            # Nested too deep or too long to compile counts too: the project's interpreter refuses it.
+            except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
                 line = getattr(exc, "lineno", None)
                 errors[path] = f"{path}:{line}: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}"
                 continue

@@ -65,9 +65,9 @@ class Toolchain:
     @functools.cached_property
     def reads_our_bytecode(self) -> bool:
         """Whether the target interpreter loads .pyc files this interpreter writes (same cache tag
-        and magic number, no -O): then bytecode compiled here can serve its imports."""
+        and magic number, not run with -O): then bytecode compiled here can serve its imports."""
         if Path(self.python).resolve() == Path(sys.executable).resolve():
-            return not sys.flags.optimize
+            return True  # (we compile with optimize=0; the worker runs without -O)
         probe = "import sys, importlib.util as u; print(sys.implementation.cache_tag, u.MAGIC_NUMBER.hex(), sys.flags.optimize)"
         result = self.tools.run([self.python, "-c", probe], cwd=str(self.project), timeout_s=60)
         ours = f"{sys.implementation.cache_tag} {importlib.util.MAGIC_NUMBER.hex()} 0"

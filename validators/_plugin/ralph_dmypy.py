@@ -18,7 +18,10 @@ def main() -> None:
     from mypy.version import __version__
 
     status_file = sys.argv[1]
+    # Our replies alone on stdout: what the daemon prints (a plugin's print, its debug output)
+    # is written by `request` to sys.stdout, so that becomes stderr.
     out = sys.stdout
+    sys.stdout = sys.stderr
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
     for line in sys.stdin:

@@ -130,13 +130,16 @@ class _Spare:
     def __init__(self, template: dict) -> None:
         self.key = (list(template["args"]), template.get("cwd"), template.get("path"))
         self.status = b""
+        # Its output, until the request names a file: the worker copies it there when the spare
+        # ends, however it ends (killed at its timeout, a crash, os._exit in a test).
+        self.output = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish)
         request_read, self._request = os.pipe()
         self._status, status_write = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             os.close(self._request)
             os.close(self._status)
-            _run_spare(template, request_read, status_write)
+            _run_spare(template, request_read, status_write, self.output.fileno())
         os.close(request_read)
         os.close(status_write)
 
@@ -144,15 +147,17 @@ class _Spare:
         key = (list(request["args"]), request.get("cwd"), request.get("path"))
         return bool(request.get("tests")) and key == self.key
 
-    def ready(self, timeout_s: float = 30.0) -> bool:
+    def ready(self, timeout_s: float) -> bool:
         """Whether it configured cleanly (waits until it is done configuring)."""
         readable, _, _ = select.select([self._status], [], [], timeout_s)
         self.status = os.read(self._status, 16) if readable else b""
         return self.status == b"ready"
 
     def send(self, request: dict) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._request, json.dumps(request).encode())
+        data = memoryview(json.dumps(request).encode())
+        with contextlib.suppress(OSError):  # a spare that died is seen when it is waited for
+            while data:  # larger than a pipe's buffer: the spare reads as we write
+                data = data[os.write(self._request, data) :]
         self._close()
 
     def discard(self) -> None:
@@ -162,6 +167,12 @@ class _Spare:
             os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+        self.output.close()
+
+    def finish(self, path: str) -> None:
+        """After it ended: its output into the request's file."""
+        with self.output, contextlib.suppress(OSError):
+            _copy_capped(self.output, path)
 
     def _close(self) -> None:
         for fd in (self._request, self._status):
@@ -169,16 +180,14 @@ class _Spare:
                 os.close(fd)
 
 
-def _run_spare(template: dict, request_read: int, status_write: int) -> None:
+def _run_spare(template: dict, request_read: int, status_write: int, output: int) -> None:
     """In the spare: configure and start a session, then, where collection would begin, say whether
     it is usable and wait for the one request it runs."""
     _become_child()
-    # Where the output goes is unknown until the request comes; the file lives as long as we do.
-    output = tempfile.TemporaryFile()  # noqa: SIM115
-    _redirect_output(os.dup(output.fileno()))
+    _redirect_output(os.dup(output))
     _enter(template)
     code = 3
-    waiter = _Waiter(status_write, request_read)
+    waiter = _Waiter(status_write, request_read, template["cwd"])
     try:
         from _pytest.config import _prepareconfig  # pytest's own first half of pytest.main()
 
@@ -189,14 +198,14 @@ def _run_spare(template: dict, request_read: int, status_write: int) -> None:
             code = int(config.hook.pytest_cmdline_main(config=config))
         finally:
             config._ensure_unconfigure()
+    except pytest.UsageError as error:  # as pytest.main() reports it (a test that is gone, say)
+        print(f"ERROR: {error}", file=sys.stderr)
+        code = int(pytest.ExitCode.USAGE_ERROR)
     except BaseException:
         traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        if waiter.request:
-            with contextlib.suppress(BaseException):
-                _copy_capped(output, waiter.request["output"])
         os._exit(code)
 
 
@@ -207,16 +216,17 @@ class _Waiter:
     """A pytest plugin in the spare: holds the session at the start of collection until the request
     comes, then points the session at the request's tests and lets collection go on."""
 
-    def __init__(self, status_write: int, request_read: int) -> None:
+    def __init__(self, status_write: int, request_read: int, cwd: str) -> None:
         self.status_write = status_write
         self.request_read = request_read
         self.request: dict | None = None
+        # The project as its modules' paths may spell it: as given, and with links resolved.
+        self.roots = tuple({os.path.abspath(cwd) + os.sep, os.path.realpath(cwd) + os.sep})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session) -> None:
-        root = os.getcwd() + os.sep
         tainted = any(
-            (getattr(module, "__file__", None) or "").startswith(root)
+            (getattr(module, "__file__", None) or "").startswith(self.roots)
             for module in list(sys.modules.values())
         )
         os.write(self.status_write, b"tainted" if tainted else b"ready")
@@ -263,7 +273,8 @@ def _pidfd(pid: int) -> int | None:
 
 def _serve_one(request: dict, spare: _Spare | None) -> dict:
     start = time.monotonic()
-    readied = spare is not None and spare.matches(request) and spare.ready()
+    timeout = float(request.get("timeout", 300))
+    readied = spare is not None and spare.matches(request) and spare.ready(min(30.0, timeout))
     if spare is not None and readied:
         spare.send(request)
         pid = spare.pid
@@ -273,7 +284,7 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
         pid = os.fork()
         if pid == 0:
             _run_child(request)
-    deadline = start + float(request.get("timeout", 300))
+    deadline = start + timeout
     status = None
     pidfd = _pidfd(pid)
     while status is None:
@@ -298,6 +309,8 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
     if timed_out:
         _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status) if status is not None else -9
+    if spare is not None and readied:
+        spare.finish(request["output"])
     return {
         "id": request.get("id"),
         "returncode": code,
