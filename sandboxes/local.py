@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 # Environment variables a child may see; everything else (API keys included) is dropped.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "SYSTEMROOT", "VIRTUAL_ENV")
@@ -114,7 +114,7 @@ class Started:
                 left = max(0.0, timeout_s - (time.monotonic() - self.began))
                 timed_out = not wait_exit(self.proc, left)
             finally:
-                _kill_group(self.proc)
+                kill_group(self.proc)
             returncode = -9 if timed_out else self.proc.returncode
             output = read_capped(self.out, self.max_output)
         return ProcessResult(returncode, output, time.monotonic() - self.began, timed_out)
@@ -167,9 +167,16 @@ def read_capped(out: IO[bytes], limit: int) -> str:
     )
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: subprocess.Popen[Any]) -> None:
     """Kill the child's whole process group (children it forked included) and reap it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         proc.wait(timeout=5)
+
+
+def read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
+    """The next line a long-lived child writes on its stdout; None on a timeout or at its end."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    return (proc.stdout.readline() or None) if ready else None

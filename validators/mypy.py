@@ -7,19 +7,15 @@ dependents), so a change that breaks a caller in another file is caught, at a fr
 from __future__ import annotations
 
 import configparser
-import contextlib
 import json
-import os
 import re
-import select
-import signal
 import subprocess
 import time
 import tomllib
 from pathlib import Path
 
 from ralph.protocols import Scope
-from sandboxes.local import child_env
+from sandboxes.local import child_env, kill_group, read_line
 from validators.report import Diagnostic, StageResult
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -132,7 +128,7 @@ class MypyValidator:
                 text=True,
                 start_new_session=True,
             )
-            if not _read_line(self._client, 60):  # this mypy's client cannot run ours: never again
+            if not read_line(self._client, 60):  # this mypy's client cannot run ours: never again
                 self._stop_client()
                 self._resident_ok = False
                 return None
@@ -144,7 +140,7 @@ class MypyValidator:
         except OSError:
             self._stop_client()
             return None
-        line = _read_line(client, timeout_s)
+        line = read_line(client, timeout_s)
         if line is None:
             hung = client.poll() is None
             self._stop_client()  # the next check starts afresh
@@ -160,10 +156,7 @@ class MypyValidator:
 
     def _stop_client(self) -> None:
         if self._client is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._client.pid, signal.SIGKILL)
-            with contextlib.suppress(Exception):
-                self._client.wait(timeout=5)
+            kill_group(self._client)
             self._client = None
 
     def close(self) -> None:
@@ -171,9 +164,3 @@ class MypyValidator:
         self._stop_client()
         if self.status_file.exists():
             self._dmypy("kill", timeout_s=30)
-
-
-def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-    return (proc.stdout.readline() or None) if ready else None

@@ -8,18 +8,15 @@ tests, not for interpreter start-up and imports. A worker that dies is restarted
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
-import select
-import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sandboxes.local import ProcessResult, child_env, read_capped
+from sandboxes.local import ProcessResult, child_env, kill_group, read_capped, read_line
 from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -59,9 +56,9 @@ class WarmRunner:
             text=True,
             start_new_session=True,
         )
-        ready = self._read_line(proc, 120)
+        ready = read_line(proc, 120)
         if not ready or not json.loads(ready).get("ready"):
-            _kill(proc)
+            kill_group(proc)
             raise RuntimeError("the warm test runner did not start")
         self.starts += 1
         return proc
@@ -99,11 +96,11 @@ class WarmRunner:
             try:
                 proc.stdin.write(json.dumps(request) + "\n")
                 proc.stdin.flush()
-                line = self._read_line(proc, timeout_s + 30)
+                line = read_line(proc, timeout_s + 30)
             except (BrokenPipeError, OSError):
                 line = None
             if not line:  # the worker itself died or hung: start afresh next time
-                _kill(proc)
+                kill_group(proc)
                 self._proc = None
                 return ProcessResult(
                     -9, "the warm test runner died", time.monotonic() - start, timed_out=False
@@ -116,23 +113,10 @@ class WarmRunner:
                     text = read_capped(f, 1 << 20)  # a test printing gigabytes costs a megabyte
         return ProcessResult(reply["returncode"], text, reply["seconds"], reply["timed_out"])
 
-    @staticmethod
-    def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-        return proc.stdout.readline() if ready else None
-
     def close(self) -> None:
         if self._proc is not None:
-            _kill(self._proc)
+            kill_group(self._proc)
             self._proc = None
-
-
-def _kill(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        proc.wait(timeout=5)
 
 
 _PYTEST_SETTINGS = frozenset(
