@@ -98,6 +98,13 @@ def _enter(request: dict) -> None:
 _QUIET = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
 
 
+def _exit(code: int) -> None:
+    """End a child: its output flushed, nothing of the worker's (atexit, buffers) run again."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _run_child(request: dict) -> None:
     """In the forked child: redirect output, run pytest, exit."""
     _become_child()
@@ -110,9 +117,7 @@ def _run_child(request: dict) -> None:
     except BaseException:
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit(code)
 
 
 class _Spare:
@@ -204,9 +209,7 @@ def _run_spare(template: dict, request_read: int, status_write: int, output: int
     except BaseException:
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit(code)
 
 
 ARGS_SOURCE = getattr(getattr(getattr(pytest, "Config", None), "ArgsSource", None), "ARGS", None)
