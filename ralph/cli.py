@@ -132,6 +132,7 @@ def fix(
         "cost_usd": result.cost_usd,
         "applied": outcome.applied,
         "run_id": outcome.run_id,
+        "disabled_stages": outcome.notices,
     }
     if as_json:
         print(json.dumps(summary))

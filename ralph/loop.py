@@ -101,7 +101,7 @@ class Loop:
                         message = _commit_message(candidate, self.verifier.score(state), report.score)
                         state, result.remaining = report.observation, report.score.remaining
                         result.accepted += 1
-                        self.branch.commit(candidate.changes, message)
+                        self.branch.commit(report.changes or candidate.changes, message)
                         break
                     memory.reject(candidate, report)
                 result.iterations += 1
@@ -215,10 +215,14 @@ class Loop:
             return VerifyReport(False, str(exc), failed_stage="apply")
         report = VerifyReport(False, "interrupted", failed_stage="interrupted")
         try:
-            report = self.verifier.verify(candidate, state)
+            report = self.verifier.verify(candidate, state, reset=self.workspace.restore)
         finally:
-            if not report.accepted:
-                self.workspace.revert(candidate.changes)
+            # Back to exactly the accepted state (plus the edit, when accepted): files the
+            # candidate's tests wrote, changed or replaced are undone before anything else runs.
+            if report.accepted:
+                self.workspace.accept(report.changes or candidate.changes)
+            else:
+                self.workspace.rollback(candidate.changes)
         return report
 
 

@@ -6,7 +6,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ralph.branch import RalphBranch
@@ -45,6 +45,7 @@ class FixOutcome:
     trace: Path
     applied: list[str]
     apply_refused: bool = False
+    notices: list[str] = field(default_factory=list)  # stages that were off for the run, and why
 
     @property
     def exit_code(self) -> int:
@@ -156,6 +157,7 @@ def fix(
     trace = TraceWriter(trace_path)
     verifier: Verifier | None = None
     sandbox: Sandbox | None = None
+    checker: Sandbox | None = None
     try:
         start_tree = (
             run_git(snap.toplevel, "rev-parse", f"{resume.tip}^{{tree}}").strip()
@@ -167,7 +169,9 @@ def fix(
         scratch, cache = tmp / "scratch", tmp / "cache"
         scratch.mkdir()
         cache.mkdir()
-        sandbox = select_sandbox(workspace.root, [scratch, cache], config.sandbox)
+        sandbox = select_sandbox(workspace.root, [scratch], config.sandbox)
+        # The type checker reads the candidate's files and executes none: it writes nothing.
+        checker = select_sandbox(workspace.root, [], config.sandbox, workspace_writable=False)
         if not config.sandbox:
             view.notice("--no-sandbox: candidate code runs without isolation (rlimits and timeouts only)")
         toolchain = Toolchain(
@@ -175,6 +179,8 @@ def fix(
             sandbox=sandbox,
             project=workspace.project,
             scratch=scratch,
+            checker=checker,
+            root=workspace.root,
         )
         if not toolchain.has_module("pytest"):
             raise RalphError(
@@ -216,13 +222,17 @@ def fix(
             raise
         if resume is not None:  # scores stay relative to the run's original starting state
             verifier.baseline_obs = resume.baseline
+        for line in verifier.notices:
+            view.notice(line)
+        # What every candidate starts from, exactly: whatever a candidate's tests write is undone.
+        workspace.capture()
         score = verifier.score(state)
         baseline = {
             "remaining": score.remaining,
             "score": score.to_json(),
             "stages": [s.to_json() for s in stages],
         }
-        trace.write("run_start", **start_record, baseline=baseline)
+        trace.write("run_start", **start_record, baseline=baseline, disabled_stages=verifier.disabled)
         ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
         loop = Loop(
             task=config.task,
@@ -264,11 +274,13 @@ def fix(
             trace_path,
             applied,
             apply_refused=apply and bool(ralph_branch.tip) and not applied,
+            notices=verifier.notices,
         )
     finally:
         if verifier is not None:
             verifier.close()
-        if callable(close := getattr(sandbox, "close", None)):
-            close()
+        for box in (sandbox, checker):
+            if callable(close := getattr(box, "close", None)):
+                close()
         trace.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.status import Status
 from rich.table import Table
+from rich.text import Text
 
 
 class QuietView:
@@ -66,6 +67,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
     for key in ("outcome", "iterations", "accepted", "remaining", "branch", "trace", "wall_s"):
         value = summary.get(key)
         table.add_row(key, "—" if value is None else str(value))
+    for line in summary.get("disabled_stages") or ():
+        table.add_row("stage off", Text(line))
     return table
 
 

@@ -29,7 +29,9 @@ def require_sandbox(enabled: bool) -> None:
         )
 
 
-def select_sandbox(workspace: Path, writable: Sequence[Path], enabled: bool) -> Sandbox:
+def select_sandbox(
+    workspace: Path, writable: Sequence[Path], enabled: bool, *, workspace_writable: bool = True
+) -> Sandbox:
     """bubblewrap around the workspace; without it, refuse (fail closed) unless the user turned
     isolation off, in which case rlimits, a new session and timeouts still apply."""
     require_sandbox(enabled)
@@ -37,4 +39,4 @@ def select_sandbox(workspace: Path, writable: Sequence[Path], enabled: bool) -> 
         return LocalSandbox()
     from sandboxes.bwrap import BwrapSandbox
 
-    return BwrapSandbox(workspace, writable=writable)
+    return BwrapSandbox(workspace, writable=writable, workspace_writable=workspace_writable)

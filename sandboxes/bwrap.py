@@ -118,8 +118,10 @@ class BwrapSandbox:
         max_pids: int = 512,
         tmp_bytes: int = 256 << 20,
         max_output: int = 1 << 20,
+        workspace_writable: bool = True,
     ) -> None:
         self.workspace = Path(workspace).resolve()
+        self.workspace_writable = workspace_writable
         self.writable = tuple(Path(p).resolve() for p in writable)
         self.memory_bytes = memory_bytes
         self.cpu_seconds = cpu_seconds
@@ -237,7 +239,8 @@ class BwrapSandbox:
             child["HOME"] = str(self.homes[0]) if self.homes else "/tmp"
         masked = [Path("/tmp"), *_run_dirs(), *self.homes]
         mounts = [(len(p.parts), 0, [*size, "--tmpfs", str(p)]) for p in masked]
-        mounts.append((len(self.workspace.parts), 1, ["--bind", str(self.workspace), str(self.workspace)]))
+        bind = "--bind" if self.workspace_writable else "--ro-bind"
+        mounts.append((len(self.workspace.parts), 1, [bind, str(self.workspace), str(self.workspace)]))
         mounts += [(len(p.parts), 1, ["--bind-try", str(p), str(p)]) for p in self.writable]
         for path in self._exposed(argv, cwd, child, masked):
             mounts.append((len(path.parts), 1, ["--ro-bind", str(path), str(path)]))

@@ -7,6 +7,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -27,6 +28,7 @@ class ProcessResult:
     output: str  # stdout and stderr interleaved, head and tail kept when over the cap
     duration_s: float
     timed_out: bool = False
+    error: str | None = None  # the run gives no verdict (its runner died, a resource cap was hit)
 
     @property
     def ok(self) -> bool:
@@ -165,6 +167,20 @@ def read_capped(out: IO[bytes], limit: int) -> str:
         + f"\n[... {dropped} bytes of output dropped ...]\n"
         + tail.decode("utf-8", "replace")
     )
+
+
+def read_regular(path: str | os.PathLike[str], limit: int = 256 << 20) -> bytes | None:
+    """A file a sandboxed process wrote, read without following a link or blocking on a FIFO
+    planted in its place; None unless it is a regular file under `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        return f.read(limit + 1)[:limit]
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:

@@ -1,13 +1,25 @@
-"""A private copy of the user's project where candidates are applied, checked and rolled back."""
+"""A private copy of the user's project where candidates are applied, checked and rolled back.
+
+Everything the host does to the workspace goes through file descriptors opened one path component
+at a time with ``O_NOFOLLOW`` beneath the workspace root: a symlink (or a directory swapped for one
+by a process the sandbox left behind) makes the operation fail; it never reaches outside.
+
+Between candidates the workspace is put back exactly as the accepted state had it (`restore`): files
+a candidate's tests wrote are removed, files they changed are rewritten from a host-only copy, so a
+rejected candidate cannot leave anything (a forging conftest, a poisoned bytecode cache) for the next.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import stat
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 from ralph.candidate import FileChange
 
@@ -16,70 +28,315 @@ class UnsafePath(ValueError):
     """An edit aimed outside the workspace, into .git, or through a symlink."""
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def safe_parts(path: str) -> tuple[str, ...]:
+    """The components of a project-relative `path`, refusing anything that could escape."""
+    rel = PurePosixPath(path.replace("\\", "/"))
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\0" in path:
+        raise UnsafePath(f"{path}: edits must use a relative path inside the project")
+    if any(part.lower() == ".git" for part in rel.parts):
+        raise UnsafePath(f"{path}: edits under .git are not allowed")
+    return tuple(p for p in rel.parts if p != ".")
+
+
+@contextlib.contextmanager
+def open_dir(root: Path, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
+    """A descriptor of the directory `root/parts...`, each component opened without following a link
+    (`create` makes missing ones)."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafePath(f"{part}: a symlink or not a directory on the way") from None
+                raise
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_beneath(root: Path, path: str, limit: int = 64 << 20) -> bytes | None:
+    """The bytes of the regular file `root/path`, never through a symlink or outside `root`; None
+    when it is missing, not a regular file, unsafe or over `limit`."""
+    try:
+        parts = safe_parts(path)
+        with open_dir(root, parts[:-1]) as dir_fd:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except (OSError, UnsafePath):
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        return f.read(limit + 1)[:limit]
+
+
+def read_text_beneath(root: Path, path: str) -> str | None:
+    """`read_beneath` decoded as UTF-8 with universal newlines (as drafters read source); None when
+    it cannot be read safely or is not UTF-8."""
+    data = read_beneath(root, path)
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def write_beneath(root: Path, path: str, data: bytes, *, mode: int | None = None) -> os.stat_result:
+    """Write `data` to `root/path` atomically (a new file renamed over the old), through no symlink."""
+    parts = safe_parts(path)
+    with open_dir(root, parts[:-1], create=True) as dir_fd:
+        partial = f".{parts[-1]}.ralph-{os.getpid()}.partial"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial, dir_fd=dir_fd)
+        fd = os.open(
+            partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+        )
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if mode is not None:
+                    os.fchmod(f.fileno(), mode)
+            os.rename(partial, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial, dir_fd=dir_fd)
+            raise
+        return os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _remove_entry(name: str, dir_fd: int) -> None:
+    """Remove a file, link or whole directory tree in `dir_fd`, following no link."""
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)  # fd-based on Linux: safe against symlink races
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    kind: str  # "file", "dir" or "link"
+    key: tuple[int, ...]  # what a change of the entry changes (a file's inode, size, times, mode)
+    link: str = ""
+
+
+def _key(info: os.stat_result) -> tuple[int, ...]:
+    # ctime cannot be set from user space: any write, chmod or rename-over changes it.
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode)
+
+
 class Workspace:
-    """Files of the project, copied from the snapshot; `.git` is never inside."""
+    """Files of the project, copied from the snapshot; `.git` is never inside.
+
+    `capture` records the accepted state (and keeps a host-only copy of its files beside the
+    workspace); `restore` puts that state back exactly; `accept` makes the current edit part of it.
+    """
 
     def __init__(self, root: Path, subdir: str = "") -> None:
         self.root = root.resolve()
         self.project = (self.root / subdir).resolve() if subdir else self.root
-        self._mtimes: dict[Path, int] = {}
+        self.subdir = subdir
+        self._mtimes: dict[str, int] = {}
+        self._state: dict[str, _Entry] | None = None
+        self._pristine = self.root.with_name(self.root.name + ".accepted")
 
     def resolve(self, path: str) -> Path:
         """The absolute file for a project-relative `path`, refusing anything that could escape."""
-        rel = Path(path)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-            raise UnsafePath(f"{path}: edits must use a relative path inside the project")
-        if any(part.lower() == ".git" for part in rel.parts):
-            raise UnsafePath(f"{path}: edits under .git are not allowed")
-        target = self.project / rel
+        parts = safe_parts(path)
         probe = self.project
-        for part in rel.parts:
+        for part in parts:
             probe = probe / part
             if probe.is_symlink():
                 raise UnsafePath(f"{path}: edits through symlinks are not allowed")
-        return target
+        return self.project.joinpath(*parts)
 
     def read(self, path: str) -> str | None:
-        file = self.resolve(path)
-        try:
-            return file.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        """A project file's text (None when missing); an unsafe path raises `UnsafePath`."""
+        self.resolve(path)
+        data = read_beneath(self.project, path)
+        if data is None:
             return None
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
     def apply(self, changes: Sequence[FileChange]) -> None:
         """Write every change's `after`, all or nothing: paths are checked before anything is written,
         and a write that fails (a path both a file and a directory, say) undoes the ones before it."""
-        targets = [self.resolve(c.path) for c in changes]
+        for change in changes:
+            self.resolve(change.path)
         done: list[FileChange] = []
         try:
-            for change, target in zip(changes, targets, strict=True):
-                self._write(target, change.after)
+            for change in changes:
+                self._write(change.path, change.after)
                 done.append(change)
-        except OSError as exc:
+        except (OSError, UnsafePath) as exc:
             self.revert(done)
-            raise UnsafePath(f"the edit cannot be written: {exc.strerror or exc}") from None
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise UnsafePath(f"the edit cannot be written: {reason}") from None
 
     def revert(self, changes: Sequence[FileChange]) -> None:
         """Put back every change's `before`."""
         for change in changes:
-            self._write(self.resolve(change.path), change.before)
+            with contextlib.suppress(OSError, UnsafePath):
+                self._write(change.path, change.before)
 
-    def _write(self, target: Path, content: str | None) -> None:
+    def _rel(self, path: str) -> str:
+        return f"{self.subdir}/{path}" if self.subdir else path
+
+    def _write(self, path: str, content: str | None) -> None:
+        rel = self._rel(path)
+        parts = safe_parts(rel)
         if content is None:
-            target.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError), open_dir(self.root, parts[:-1]) as dir_fd:
+                os.unlink(parts[-1], dir_fd=dir_fd)
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        old = target.stat() if target.exists() else None
+        old = None
+        with contextlib.suppress(OSError, UnsafePath), open_dir(self.root, parts[:-1]) as dir_fd:
+            old = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            raise UnsafePath(f"{path}: not a regular file")
         mode = stat.S_IMODE(old.st_mode) if old else None
-        target.write_text(content, encoding="utf-8", newline="")
-        if mode is not None:
-            os.chmod(target, mode)
+        write_beneath(self.root, rel, content.encode("utf-8"), mode=mode)
         # Python's bytecode cache trusts (mtime in whole seconds, size): two same-size edits within a
         # second would reuse stale bytecode. Each write gets a later whole second than the last one.
-        last = self._mtimes.get(target, int(old.st_mtime) if old else 0)
+        last = self._mtimes.get(rel, int(old.st_mtime) if old else 0)
         second = max(int(time.time()), last + 1)
-        self._mtimes[target] = second
-        os.utime(target, ns=(second * 1_000_000_000, second * 1_000_000_000))
+        self._mtimes[rel] = second
+        with open_dir(self.root, parts[:-1]) as dir_fd:
+            ns = second * 1_000_000_000
+            os.utime(parts[-1], ns=(ns, ns), dir_fd=dir_fd, follow_symlinks=False)
 
-    def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+    # The accepted state, and putting it back.
+
+    def capture(self) -> None:
+        """Record what is in the workspace now as the accepted state, with a host-only copy."""
+        shutil.rmtree(self._pristine, ignore_errors=True)
+        shutil.copytree(self.root, self._pristine, symlinks=True)
+        self._state = dict(self._scan())
+
+    def accept(self, changes: Sequence[FileChange]) -> None:
+        """The accepted state plus these changes is the new state; anything else the candidate's
+        processes wrote is then removed by `restore`, and each changed file is rewritten from the
+        host-only copy (its mtime kept), whatever a test did to it."""
+        if self._state is None:  # nothing captured: the workspace as it is is the state
+            return
+        for change in changes:
+            rel = self._rel(change.path)
+            parts = safe_parts(rel)
+            if change.after is None:
+                self._state.pop(rel, None)
+                with contextlib.suppress(OSError, UnsafePath), open_dir(self._pristine, parts[:-1]) as fd:
+                    os.unlink(parts[-1], dir_fd=fd)
+                continue
+            written = write_beneath(self._pristine, rel, change.after.encode("utf-8"))
+            ns = self._mtimes.get(rel, int(written.st_mtime)) * 1_000_000_000
+            os.utime(self._pristine.joinpath(*parts), ns=(ns, ns))
+            self._state[rel] = _Entry("file", (-1,))  # never matches: rewritten from the copy
+            for i in range(1, len(parts)):
+                self._state.setdefault("/".join(parts[:i]), _Entry("dir", ()))
+        self.restore()
+
+    def restore(self, changes: Sequence[FileChange] = ()) -> int:
+        """Put the accepted state back exactly (then apply `changes`); returns how many entries it
+        had to remove or rewrite. Call only when nothing of the sandbox is running."""
+        if self._state is not None:
+            children: dict[str, dict[str, _Entry]] = {"": {}}
+            for path, entry in self._state.items():
+                parent, _, name = path.rpartition("/")
+                children.setdefault(parent, {})[name] = entry
+            fixed = self._restore_dir("", children)
+        else:
+            fixed = 0
+        if changes:
+            self.apply(changes)
+        return fixed
+
+    def rollback(self, changes: Sequence[FileChange]) -> None:
+        """Undo a rejected edit: the accepted state exactly when captured, else the edit's `before`."""
+        if self._state is None:
+            self.revert(changes)
+        else:
+            self.restore()
+
+    def _scan(self, rel: str = "") -> Iterator[tuple[str, _Entry]]:
+        with open_dir(self.root, safe_parts(rel) if rel else ()) as fd, os.scandir(fd) as entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                if stat.S_ISDIR(info.st_mode):
+                    yield path, _Entry("dir", ())
+                    yield from self._scan(path)
+                elif stat.S_ISLNK(info.st_mode):
+                    yield path, _Entry("link", (), os.readlink(entry.name, dir_fd=fd))
+                elif stat.S_ISREG(info.st_mode):
+                    yield path, _Entry("file", _key(info))
+                # sockets, FIFOs, devices: never part of a state
+
+    def _restore_dir(self, rel: str, children: dict[str, dict[str, _Entry]]) -> int:
+        fixed = 0
+        wanted = children.get(rel, {})
+        with open_dir(self.root, safe_parts(rel) if rel else (), create=True) as fd:
+            with os.scandir(fd) as it:
+                present = {e.name: e.stat(follow_symlinks=False) for e in it}
+            for name, info in present.items():
+                entry = wanted.get(name)
+                if entry is None or not _matches(entry, info, name, fd):
+                    _remove_entry(name, fd)
+                    fixed += 1
+                    if entry is not None:
+                        self._put(f"{rel}/{name}" if rel else name, entry, fd, name)
+            for name, entry in wanted.items():
+                path = f"{rel}/{name}" if rel else name
+                if name not in present:
+                    fixed += 1
+                    self._put(path, entry, fd, name)
+                if entry.kind == "dir":
+                    fixed += self._restore_dir(path, children)
+        return fixed
+
+    def _put(self, path: str, entry: _Entry, dir_fd: int, name: str) -> None:
+        if entry.kind == "dir":
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+        elif entry.kind == "link":
+            os.symlink(entry.link, name, dir_fd=dir_fd)
+        else:
+            self._rewrite(path, dir_fd, name)
+
+    def _rewrite(self, path: str, dir_fd: int, name: str) -> None:
+        source = self._pristine / path
+        info = source.lstat()
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+        )
+        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+            shutil.copyfileobj(src, out)
+            out.flush()
+            os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
+            os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
+            assert self._state is not None
+            self._state[path] = _Entry("file", _key(os.fstat(out.fileno())))
+
+    def close(self) -> None:
+        """Remove the host-only copy of the accepted state."""
+        shutil.rmtree(self._pristine, ignore_errors=True)
+
+
+def _matches(entry: _Entry, info: os.stat_result, name: str, dir_fd: int) -> bool:
+    if entry.kind == "dir":
+        return stat.S_ISDIR(info.st_mode)
+    if entry.kind == "link":
+        return stat.S_ISLNK(info.st_mode) and os.readlink(name, dir_fd=dir_fd) == entry.link
+    return stat.S_ISREG(info.st_mode) and _key(info) == entry.key

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -62,13 +61,13 @@ def test_a_type_error_in_another_module_is_caught_by_the_daemon(verifier):
     assert "report.py" in report.reason  # the caller, a file the edit did not touch
 
 
-def test_the_mypy_daemon_is_stopped_when_the_verifier_closes(verifier):
+def test_the_type_checker_is_stopped_when_the_verifier_closes(verifier):
     v, ws, state = verifier(TYPED, types=True)
     v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state)
-    status = v.mypy.status_file.read_text() if v.mypy and v.mypy.status_file.exists() else ""
-    assert '"pid"' in status
+    assert v.mypy is not None and v.mypy._proc is not None
+    pid = v.mypy._proc.pid
+    assert alive(pid)
     v.close()
-    pid = json.loads(status)["pid"]
     deadline = time.monotonic() + 5
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -107,19 +106,21 @@ def test_a_new_lint_diagnostic_is_a_regression(verifier):
     assert "F841" in report.reason
 
 
-def test_after_the_first_check_types_come_through_the_resident_client(verifier):
+def test_after_the_first_check_types_come_from_the_same_resident_checker(verifier):
     v, ws, state = verifier(TYPED, types=True)
+    assert v.mypy is not None and v.mypy._proc is not None
+    first = v.mypy._proc.pid
     assert not v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state).failed_stage
     report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
     assert report.failed_stage == "mypy" and "report.py" in report.reason
-    assert v.mypy is not None and v.mypy._client is not None and v.mypy._client.poll() is None
+    assert v.mypy._proc is not None and v.mypy._proc.pid == first
 
 
-def test_a_daemon_that_died_is_started_again(verifier):
+def test_a_type_checker_that_died_is_started_again(verifier):
     v, ws, state = verifier(TYPED, types=True)
-    assert v.mypy is not None
-    v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state)
-    v.mypy._dmypy("kill", timeout_s=30)
+    assert v.mypy is not None and v.mypy._proc is not None
+    v.mypy._proc.kill()
+    v.mypy._proc.wait()
     report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
     assert report.failed_stage == "mypy" and "report.py" in report.reason
 
@@ -157,7 +158,7 @@ def test_what_a_mypy_plugin_prints_never_shifts_the_daemons_verdicts(tmp_path):
         "def plugin(version):\n    return Loud\n"
     )
     project = tmp_path / "p"
-    write_files(project, {"pyproject.toml": "[tool.mypy]\nplugins = ['loud']\n", "loud.py": plugin})
+    write_files(project, {"pyproject.toml": "[tool.mypy]\nplugins = ['loud.py']\n", "loud.py": plugin})
     toolchain = Toolchain(sys.executable, LocalSandbox(), project, env={"PYTHONPATH": str(project)})
     mypy = MypyValidator(toolchain, tmp_path / "cache")
     head = "def noisy() -> int:\n    return 1\n\n\nx: int = noisy()\n"

@@ -1,7 +1,10 @@
-"""Stage 4: types through a warm `dmypy` daemon; only diagnostics new since the baseline count.
+"""Stage 4: types through a resident mypy in the sandbox; only diagnostics new since the baseline count.
 
-The daemon re-checks the whole configured project incrementally (changed modules and their
-dependents), so a change that breaks a caller in another file is caught, at a fraction of a cold run.
+mypy's fine-grained incremental checker (what `dmypy` runs) lives in one long-lived process inside
+the sandbox (`_plugin/ralph_types.py`), with the workspace read-only and nothing writable: it re-checks
+the whole configured project incrementally (changed modules and their dependents), so a change that
+breaks a caller in another file is caught, at a fraction of a cold run. A check that crashes, times
+out or cannot read its configuration gives no verdict (the candidate fails).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from sandboxes.local import child_env, kill_group, read_line
 from validators.report import Diagnostic, StageResult
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
-CLIENT = PLUGIN_DIR / "ralph_dmypy.py"
+CHECKER = PLUGIN_DIR / "ralph_types.py"
 
 _LINE = re.compile(
     r"^(?P<path>[^:\n]+):(?P<line>\d+)(?::\d+)?: error: (?P<msg>.*?)(?:  \[(?P<code>[\w-]+)\])?$"
@@ -52,6 +55,14 @@ def _mypy_section(project: Path) -> dict[str, object] | None:
     return None
 
 
+def plugin_files(project: Path) -> list[str]:
+    """Plugins the mypy configuration names by file: they run inside the type checker, so a candidate
+    may not edit them (plugins named as modules load from the environment, never the project)."""
+    plugins = (_mypy_section(project) or {}).get("plugins") or []
+    names = plugins.split(",") if isinstance(plugins, str) else plugins if isinstance(plugins, list) else []
+    return [str(n).strip() for n in names if str(n).strip().endswith(".py")]
+
+
 def mypy_configured(project: Path) -> bool:
     """Whether the project asks for type checking (a mypy section in one of its config files)."""
     return _mypy_section(project) is not None
@@ -62,18 +73,9 @@ class MypyValidator:
 
     def __init__(self, toolchain: Toolchain, cache_dir: Path) -> None:
         self.toolchain = toolchain
-        self.cache_dir = cache_dir
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        self.status_file = cache_dir / "dmypy.json"
         section = _mypy_section(toolchain.project) or {}
         self.targets = [] if section.get("files") else ["."]
-        self._client: subprocess.Popen[str] | None = None
-        self._resident_ok = True
-
-    def _dmypy(self, *args: str, timeout_s: float = 300.0) -> tuple[int, str, bool]:
-        argv = [self.toolchain.python, "-m", "mypy.dmypy", "--status-file", str(self.status_file), *args]
-        result = self.toolchain.run_tool(argv, env=self.toolchain.python_env(), timeout_s=timeout_s)
-        return result.returncode, result.output, result.timed_out
+        self._proc: subprocess.Popen[str] | None = None
 
     def check(self, scope: Scope) -> StageResult:
         """Type-check the project (incrementally after the first call); `scope.paths` only filters
@@ -81,24 +83,16 @@ class MypyValidator:
         start = time.perf_counter()
         if scope.paths is not None and not any(p.endswith((".py", ".pyi")) for p in scope.paths):
             return StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail="no Python files")
-        flags = [*_FLAGS, f"--cache-dir={self.cache_dir / 'cache'}", *self.targets]
-        resident = self._resident(flags, scope.timeout_s)
-        if resident is not None:
-            code, output, timed_out = resident
-        else:  # starts (or restarts) the daemon
-            code, output, timed_out = self._dmypy("run", "--", *flags, timeout_s=scope.timeout_s)
-        if code not in (0, 1) and not timed_out:  # a daemon dying or gone bad: once more, afresh
-            self._stop_client()
-            self._dmypy("stop", timeout_s=30)
-            self.status_file.unlink(missing_ok=True)
-            code, output, timed_out = self._dmypy("run", "--", *flags, timeout_s=scope.timeout_s)
+        reply, error = self._request([*_FLAGS, *self.targets], scope.timeout_s)
         elapsed = (time.perf_counter() - start) * 1000
-        if code not in (0, 1) or timed_out:
+        if error is None and reply.get("status") not in (0, 1):
+            error = f"mypy exited {reply.get('status')}: {(str(reply.get('err')) + str(reply.get('out'))).strip()[-300:]}"
+        if error is not None:
             return StageResult(
-                self.name, ok=False, duration_ms=elapsed, detail=f"mypy failed: {output[-500:]}"
+                self.name, ok=False, duration_ms=elapsed, detail=f"mypy failed: {error}", error=error
             )
         diagnostics = []
-        for line in output.splitlines():
+        for line in f"{reply.get('out', '')}".splitlines():
             if m := _LINE.match(line):
                 path = Path(m["path"]).as_posix()
                 diagnostics.append(Diagnostic("mypy", path, int(m["line"]), m["code"] or "error", m["msg"]))
@@ -112,55 +106,66 @@ class MypyValidator:
             complete_tool="mypy",
         )
 
-    def _resident(self, flags: list[str], timeout_s: float) -> tuple[int, str, bool] | None:
-        """The check through our resident client (None: run the `dmypy` command instead)."""
-        if not self.status_file.exists() or not self._resident_ok:
-            return None  # no daemon yet (the command starts it), or a client that cannot start
-        if self._client is None or self._client.poll() is not None:
-            argv = [self.toolchain.python, str(CLIENT), str(self.status_file)]
-            self._client = subprocess.Popen(
-                argv,
-                cwd=self.toolchain.project,
-                env=child_env(self.toolchain.python_env()),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,
-            )
-            if not read_line(self._client, 60):  # this mypy's client cannot run ours: never again
-                self._stop_client()
-                self._resident_ok = False
-                return None
-        client = self._client
-        assert client.stdin is not None
+    def _start(self) -> subprocess.Popen[str] | None:
+        env = child_env(self.toolchain.python_env({"PYTHONPATH": ""}))
+        argv = [self.toolchain.python, "-I", str(CHECKER)]
+        sandbox = self.toolchain.checker or self.toolchain.sandbox
+        wrap = getattr(sandbox, "wrap", None)
+        if wrap is not None:  # inside the sandbox: it reads the candidate's files, it executes none
+            argv = wrap(argv, cwd=str(self.toolchain.project), env=env)
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.toolchain.project,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        ready = read_line(proc, 120)
         try:
-            client.stdin.write(json.dumps({"args": flags}) + "\n")
-            client.stdin.flush()
+            if ready and json.loads(ready).get("ready"):
+                return proc
+        except ValueError:
+            pass
+        kill_group(proc)
+        return None
+
+    def _request(self, args: list[str], timeout_s: float) -> tuple[dict[str, object], str | None]:
+        """One check by the resident checker (started or restarted as needed): its reply, or why
+        there is none."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._start()
+            if self._proc is None:
+                return {}, f"the type checker did not start ({self.toolchain.python} -m mypy importable?)"
+        proc = self._proc
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(json.dumps({"args": args}) + "\n")
+            proc.stdin.flush()
         except OSError:
-            self._stop_client()
-            return None
-        line = read_line(client, timeout_s)
+            self.close()
+            return {}, "the type checker died"
+        line = read_line(proc, timeout_s)
         if line is None:
-            hung = client.poll() is None
-            self._stop_client()  # the next check starts afresh
-            return (-9, "", True) if hung else None  # a client that died: the command instead
+            hung = proc.poll() is None
+            self.close()  # the next check starts afresh
+            return {}, f"timed out after {timeout_s:.0f}s" if hung else "the type checker died"
         try:
             reply = json.loads(line)
-        except ValueError:  # not ours: this client's replies can no longer be trusted
-            self._stop_client()
-            return None
-        if "fallback" in reply:  # the daemon needs the command (not running, a restart)
-            return None
-        return int(reply["status"]), f"{reply['out']}{reply['err']}", False
-
-    def _stop_client(self) -> None:
-        if self._client is not None:
-            kill_group(self._client)
-            self._client = None
+        except ValueError:
+            self.close()
+            return {}, "the type checker's reply is unreadable"
+        if not isinstance(reply, dict):
+            self.close()
+            return {}, "the type checker's reply is unreadable"
+        if "error" in reply:
+            return {}, str(reply["error"])[:500]
+        return reply, None
 
     def close(self) -> None:
-        """Stop the client and the daemon."""
-        self._stop_client()
-        if self.status_file.exists():
-            self._dmypy("kill", timeout_s=30)
+        """Stop the resident checker."""
+        if self._proc is not None:
+            kill_group(self._proc)
+            self._proc = None

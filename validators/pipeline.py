@@ -13,15 +13,18 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ralph.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected
+from ralph.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected, unified_diff
+from ralph.errors import RalphError
 from ralph.protocols import Scope
 from ralph.score import Observation, Score, regressions, score
+from sandboxes.workspace import read_text_beneath
 from validators.command import CommandValidator
-from validators.mypy import MypyValidator
+from validators.mypy import MypyValidator, plugin_files
+from validators.policy import config_edits, harness_reach
 from validators.pytest_run import PytestValidator
 from validators.report import StageResult, TestResult
 from validators.ruff import RuffValidator
@@ -49,6 +52,8 @@ class VerifyReport:
     score: Score | None = None
     duration_ms: float = 0.0
     failed_stage: str | None = None
+    # The edit as verified when the verifier amended it (ruff's safe fixes applied): what to commit.
+    changes: tuple[FileChange, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +63,7 @@ class VerifyReport:
             "verify_ms": round(self.duration_ms, 1),
             "score": self.score.to_json() if self.score else None,
             "stages": [s.to_json() for s in self.stages],
+            **({"amended_diff": unified_diff(self.changes)} if self.changes is not None else {}),
         }
 
 
@@ -89,7 +95,9 @@ class Verifier:
         self.mypy = MypyValidator(toolchain, cache_dir / "mypy") if types else None
         self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
-        self.gate = PytestValidator(toolchain, name="gate", warm=self.warm, test_timeout_s=test_timeout_s)
+        # The gate runs in a fresh process (never a fork of the warm worker a candidate's tests ran
+        # beside), on a workspace put back to exactly the accepted state plus the candidate.
+        self.gate = PytestValidator(toolchain, name="gate", warm=None, test_timeout_s=test_timeout_s)
         self.checks = CommandValidator(toolchain, checks)
         self.coverage: CoverageMap = {}
         self.test_files: set[str] = set()  # files the baseline collected tests from
@@ -100,7 +108,11 @@ class Verifier:
         self.recent_failures: dict[str, None] = {}
         self.durations: dict[str, float] = {}  # each test's time at the baseline
         self.suite_s = 60.0
+        self.types_s = 0.0  # what the type checker took at the baseline (its first, full check)
         self.baseline_obs = Observation()
+        # Stages that could not run at the baseline (the user's own config is broken, say), with why:
+        # they are off for the run, said at the start and in the trace, never silently passed.
+        self.disabled: dict[str, str] = {}
 
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""
@@ -117,24 +129,61 @@ class Verifier:
         self.suite_s = max(0.0, stages[0].duration_ms / 1000 - hung)
         self.test_files = {t.nodeid.split("::")[0] for t in stages[0].tests}
         self.durations = {t.nodeid: t.duration_s for t in stages[0].tests}
+        self._check_targets(stages[0])
         stages.append(self.ruff.check(Scope(timeout_s=timeout_s)))
         if self.mypy:
             stages.append(self.mypy.check(Scope(timeout_s=timeout_s)))
+            self.types_s = stages[-1].duration_ms / 1000
         if self.checks.commands:
             stages.append(self.checks.check(Scope(timeout_s=timeout_s)))
+        for stage in stages[1:]:
+            if stage.error is not None:
+                self.disabled[stage.stage] = stage.error.splitlines()[0][:300] if stage.error else "failed"
+        if "ruff" in self.disabled:
+            self.ruff.enabled = False
+        if "mypy" in self.disabled:
+            self._close_mypy()
         obs = Observation()
         for stage in stages:
-            obs = obs.overlay(stage)
+            if stage.error is None:
+                obs = obs.overlay(stage)
         self.baseline_obs = obs
         self._graph()  # once per state, not inside the first candidate's verification
         self._index()
         return obs, stages
+
+    def _check_targets(self, suite: StageResult) -> None:
+        """Every `--tests` target names something the baseline collected: a typo is bad input, not a
+        goal reached with the intended tests never run."""
+        if self.targets is None:
+            return
+        ids = [t.nodeid for t in suite.tests]
+        missing = [t for t in sorted(self.targets) if not any(_is_under(i, t) for i in ids)]
+        if missing:
+            raise RalphError(
+                f"--tests {', '.join(missing)}: no such test in the suite (pytest collected "
+                f"{len(ids)} tests; give node ids as `pytest --collect-only -q` prints them)"
+            )
+
+    @property
+    def notices(self) -> list[str]:
+        """One line per stage that is off for this run, and why."""
+        return [
+            f"{stage} is off for this run: it cannot run at the baseline: {why}"
+            for stage, why in self.disabled.items()
+        ]
 
     @property
     def quick_timeout_s(self) -> float:
         """For the targeted stages: a few times what the whole suite took at the baseline. A mutant that
         loops forever should cost seconds, not minutes (seen: 20 s a candidate on a 0.3 s suite)."""
         return min(120.0, max(5.0, 3 * self.suite_s + 2))
+
+    @property
+    def types_timeout_s(self) -> float:
+        """The type checker's limit per candidate: its incremental recheck is fast, but after a
+        restart it checks everything again, which must not be a timeout (a timeout fails the stage)."""
+        return max(self.quick_timeout_s, 3 * self.types_s + 10)
 
     def is_test_file(self, path: str) -> bool:
         """A file pytest collected tests from at the baseline, or one named like a test file."""
@@ -154,44 +203,76 @@ class Verifier:
         return digest.hexdigest()[:24]
 
     def close(self) -> None:
-        """Stop the warm runner (and anything it still runs)."""
+        """Stop the warm runner (and anything it still runs) and the type checker."""
         if self.warm is not None:
             self.warm.close()
+        self._close_mypy()
+
+    def _close_mypy(self) -> None:
         if self.mypy is not None:
             self.mypy.close()
+            self.mypy = None
 
     def score(self, obs: Observation) -> Score:
         return score(self.baseline_obs, obs, self.targets)
 
-    def verify(self, candidate: Candidate, current: Observation) -> VerifyReport:
-        """Verify a candidate already applied to the workspace against the `current` state."""
+    def verify(self, candidate: Candidate, current: Observation, reset: Reset | None = None) -> VerifyReport:
+        """Verify a candidate already applied to the workspace against the `current` state. `reset`
+        puts the workspace back to exactly the accepted state plus the given changes (whatever the
+        candidate's tests wrote is gone): it is called before the gate."""
         start = time.perf_counter()
-        report = self._verify(candidate, current)
+        report = self._verify(candidate, current, reset)
         report.duration_ms = (time.perf_counter() - start) * 1000
         if report.accepted:
-            self.coverage = remap_coverage(self.coverage, candidate.changes)
+            self.coverage = remap_coverage(self.coverage, report.changes or candidate.changes)
             self._import_graph = None
         return report
 
-    def _verify(self, candidate: Candidate, current: Observation) -> VerifyReport:
+    def policy(self, candidate: Candidate) -> VerifyReport | None:
+        """What the candidate may not change, before anything runs: tests, verification settings,
+        files outside `only`, the test harness."""
         paths = tuple(candidate.paths)
         protected = [p for p in paths if is_protected(p, self.protected)]
         if protected:
             return VerifyReport(
                 False, f"edits to tests are not allowed: {', '.join(protected)}", failed_stage="policy"
             )
+        if configs := config_edits(candidate.changes, plugin_files(self.toolchain.project)):
+            return VerifyReport(
+                False,
+                f"edits to how the project is checked are not allowed: {', '.join(configs)}",
+                failed_stage="policy",
+            )
         outside = [p for p in paths if self.only is not None and p not in self.only]
         if outside:
             return VerifyReport(
                 False, f"only {', '.join(self.only or ())} may be edited", failed_stage="policy"
             )
+        if reach := harness_reach(candidate.changes):
+            more = f" (+{len(reach) - 3} more)" if len(reach) > 3 else ""
+            return VerifyReport(
+                False,
+                "the edit reaches into the test harness (pytest's or ralph's internals), which no fix "
+                f"needs: {'; '.join(reach[:3])}{more}",
+                failed_stage="policy",
+            )
+        return None
+
+    def _verify(self, candidate: Candidate, current: Observation, reset: Reset | None) -> VerifyReport:
+        if refused := self.policy(candidate):
+            return refused
+        paths = tuple(candidate.paths)
         run = _Stages(self, current)
         before = self.score(current).remaining
         quick = self.quick_timeout_s
         # Cheapest first: syntax, lint; then the tests that failed (can it improve at all?) while
         # the type checker runs beside them.
         if broken := self._static(run, paths):
-            return broken
+            fixed = self._safe_fixes(run, candidate, current)
+            if fixed is None:
+                return broken
+            candidate, run = fixed  # judged as ruff's safe fixes leave it, and committed so
+            paths = tuple(candidate.paths)
         failing = tuple(current.failing_tests())
         failing_checks = [c for c, r in current.checks.items() if not r.passed]
         concurrent = []
@@ -200,7 +281,7 @@ class Verifier:
         if failing_checks:
             concurrent.append(lambda: self.checks.check(Scope(timeout_s=quick), failing_checks))
         if mypy := self.mypy:
-            concurrent.append(lambda: mypy.check(Scope(paths=paths, timeout_s=quick)))
+            concurrent.append(lambda: mypy.check(Scope(paths=paths, timeout_s=self.types_timeout_s)))
         if broken := run.concurrently(concurrent):
             return broken
         if self.score(run.merged).remaining >= before:
@@ -209,7 +290,12 @@ class Verifier:
         selection = self.selection(candidate, current)
         if broken := run.stage(lambda: self._selected(selection, quick)):
             return broken
-        return self._gate(run, before)
+        if reset is not None:
+            reset(candidate.changes)
+        report = self._gate(run, before)
+        if report.accepted and run.amended:
+            report.changes = candidate.changes
+        return report
 
     def detect(self, candidate: Candidate, current: Observation) -> VerifyReport:
         """The staged checks a regressing candidate meets before the gate (what benchmarks measure):
@@ -223,7 +309,7 @@ class Verifier:
             selection = self.selection(candidate, current)
             concurrent = [lambda: self._selected(selection, quick)]
             if mypy := self.mypy:
-                concurrent.append(lambda: mypy.check(Scope(paths=paths, timeout_s=quick)))
+                concurrent.append(lambda: mypy.check(Scope(paths=paths, timeout_s=self.types_timeout_s)))
             broken = run.concurrently(concurrent)
         report = broken or run.report(True, "no regression found by the staged checks")
         report.duration_ms = (time.perf_counter() - start) * 1000
@@ -239,6 +325,46 @@ class Verifier:
         finally:
             findings = lint()  # waited for (and its files closed) whatever the compile did
         return run.merge([syntax, findings])
+
+    def _safe_fixes(
+        self, run: _Stages, candidate: Candidate, current: Observation
+    ) -> tuple[Candidate, _Stages] | None:
+        """When the static stages' only objections are new ruff diagnostics that ruff fixes safely,
+        the candidate with those fixes applied (in the workspace too) and its static stages re-run
+        clean; else None."""
+        new = run.merged.diagnostic_keys() - current.diagnostic_keys()
+        fixable = {d.key for ds in run.merged.diagnostics.values() for d in ds if d.fixable}
+        if not new or run.merged.syntax_errors != current.syntax_errors or set(new) - fixable:
+            return None
+        if any(s.error is not None for s in run.stages) or not self.ruff.enabled:
+            return None
+        paths = [p for p in candidate.paths if p.endswith((".py", ".pyi"))]
+        if not self.ruff.fix_only(paths):
+            return None
+        changes = []
+        for change in candidate.changes:
+            if change.path not in paths or change.after is None:
+                changes.append(change)
+                continue
+            after = read_text_beneath(self.toolchain.project, change.path)
+            if after is None:
+                return None
+            changes.append(FileChange(change.path, change.before, after))
+        amended = replace(candidate, changes=tuple(changes))
+        fixed = _Stages(self, current)
+        fixed.stages = [
+            *run.stages,
+            StageResult(
+                "ruff-fix",
+                ok=True,
+                duration_ms=0.0,
+                detail="applied ruff's safe fixes: " + ", ".join(sorted({k[2] for k in new})),
+            ),
+        ]
+        fixed.amended = True
+        if self._static(fixed, tuple(amended.paths)):
+            return None
+        return amended, fixed
 
     def selection(self, candidate: Candidate, current: Observation) -> Selection:
         graph = self._graph()
@@ -313,6 +439,7 @@ class _Stages:
         self.current = current
         self.merged = current
         self.stages: list[StageResult] = []
+        self.amended = False  # the candidate was changed by ruff's safe fixes
 
     def report(self, accepted: bool, reason: str, failed_stage: str | None = None) -> VerifyReport:
         score = self.verifier.score(self.merged)
@@ -341,8 +468,15 @@ class _Stages:
         return self.merge(results)
 
     def merge(self, results: Sequence[StageResult]) -> VerifyReport | None:
-        """Add finished stages, in order, and report the first regression."""
+        """Add finished stages, in order, and report the first that could not give a verdict (the
+        candidate fails: a tool that crashed or timed out vouches for nothing), else the first
+        regression."""
         self.stages.extend(results)
+        for result in results:
+            if result.error is not None:
+                return self.report(
+                    False, f"{result.stage}: no verdict: {result.error}", failed_stage=result.stage
+                )
         broken = None
         for result in results:  # merged one at a time, so a regression is blamed on its stage
             self.merged = self.merged.overlay(result)
@@ -350,9 +484,14 @@ class _Stages:
         return broken
 
 
+Reset = Callable[[Sequence[FileChange]], object]
 _FAILED_FIRST = 20
 _PROBE_S = 0.05
 _CONFIG_FILES = frozenset({"pyproject.toml", "setup.cfg", "pytest.ini", "tox.ini", "conftest.py"})
+
+
+def _is_under(nodeid: str, target: str) -> bool:
+    return nodeid == target or nodeid.startswith((target + "::", target.rstrip("/") + "/"))
 
 
 def _load_json(path: Path) -> CoverageMap | None:

@@ -7,9 +7,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ralph.errors import RalphError
 from ralph.protocols import Scope
+from sandboxes.local import ProcessResult, read_regular
 from validators.report import StageResult, TestResult
 from validators.selection import CoverageMap
 from validators.toolchain import Toolchain, project_relative
@@ -84,38 +86,33 @@ class PytestValidator:
             else:
                 argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
                 run = self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
-            tests = _read_report(report_path, project)
-            if coverage and coverage_path.exists():
+            tests, end, unreadable = _read_report(report_path, project)
+            if coverage:
                 self.last_coverage = _read_coverage(coverage_path, project)
         elapsed = (time.perf_counter() - start) * 1000
-        detail = ""
-        if run.timed_out:
-            detail = f"timed out after {scope.timeout_s:.0f}s"
-        elif run.returncode < 0:
-            detail = f"the test process died (signal {-run.returncode}): " + _tail(run.output, 3)
-        elif run.returncode == _NO_TESTS and scope.tests is None:
-            detail = "no tests collected"
-        elif run.returncode not in _RAN and not tests:
-            detail = "pytest could not run: " + _tail(run.output)
-        elif run.returncode not in (*_RAN, _NO_TESTS):  # partial results cannot be trusted
-            detail = f"pytest stopped early (exit {run.returncode}): " + _tail(run.output, 3)
+        error = _no_verdict(run, end, unreadable, tests, scope, exitfirst)
         reported = {t.nodeid for t in tests}
         stopped_early = exitfirst and any(t.failing for t in tests)
         for nodeid in () if stopped_early else scope.tests or ():
             if nodeid not in reported and not any(r.startswith(nodeid + "::") for r in reported):
-                reason = detail or "not run: the test was not collected (an import or collection error?)"
+                reason = error or "not run: the test was not collected (an import or collection error?)"
                 tests.append(TestResult(nodeid, "error", message=reason))
-        ok = not detail and not any(t.failing for t in tests)
-        summary = detail or f"{sum(not t.failing for t in tests)} ok, {sum(t.failing for t in tests)} failing"
-        return StageResult(self.name, ok=ok, duration_ms=elapsed, detail=summary, tests=tests)
+        if error is None and run.returncode == _NO_TESTS and scope.tests is None:
+            detail = "no tests collected"
+        else:
+            detail = (
+                error or f"{sum(not t.failing for t in tests)} ok, {sum(t.failing for t in tests)} failing"
+            )
+        ok = error is None and not any(t.failing for t in tests)
+        return StageResult(self.name, ok=ok, duration_ms=elapsed, detail=detail, tests=tests, error=error)
 
     def baseline(self, timeout_s: float, coverage: bool = True) -> StageResult:
         """The whole suite (with per-test coverage unless cached); a suite that cannot run is bad input."""
         result = self.check(Scope(timeout_s=timeout_s), coverage=coverage)
         if result.detail == "no tests collected":
             raise RalphError(f"no tests found in {self.toolchain.project.name} (pytest collected nothing)")
-        if result.detail.startswith(("pytest could not run", "pytest stopped early", "timed out")):
-            raise RalphError(f"the test suite could not run at baseline: {result.detail.splitlines()[0]}")
+        if result.error is not None:
+            raise RalphError(f"the test suite could not run at baseline: {result.error.splitlines()[0]}")
         return result
 
 
@@ -123,19 +120,74 @@ def _tail(output: str, lines: int = 8) -> str:
     return " | ".join(line for line in output.strip().splitlines()[-lines:] if line.strip())
 
 
-def _read_report(path: Path, project: Path) -> list[TestResult]:
-    if not path.exists():
-        return []
+def _no_verdict(
+    run: ProcessResult,
+    end: dict[str, Any] | None,
+    unreadable: bool,
+    tests: list[TestResult],
+    scope: Scope,
+    exitfirst: bool,
+) -> str | None:
+    """Why this run's outcomes cannot be trusted, or None: a run that timed out, died, stopped early,
+    left a torn or missing report, or whose report disagrees with pytest's own exit status and count."""
+    if run.error:
+        return run.error
+    if run.timed_out:
+        return f"timed out after {scope.timeout_s:.0f}s"
+    if run.returncode < 0 or run.returncode >= 128:
+        signal = -run.returncode if run.returncode < 0 else run.returncode - 128
+        return f"the test process died (signal {signal}): " + _tail(run.output, 3)
+    if run.returncode == _NO_TESTS and not tests:
+        return None if scope.tests is None else "pytest collected none of the requested tests"
+    if run.returncode not in _RAN:
+        return f"pytest could not run (exit {run.returncode}): " + _tail(run.output)
+    if unreadable:
+        return "the test report is torn or was replaced (a process killed mid-write, or tampering)"
+    if end is None:
+        return "pytest ended without its final report (killed, or os._exit in the code under test)"
+    if end.get("exitstatus") != run.returncode:
+        return f"pytest's exit status {run.returncode} disagrees with its report ({end.get('exitstatus')})"
+    failing = any(t.failing for t in tests)
+    if failing != (run.returncode == 1):
+        return f"pytest exited {run.returncode} but its report has {'failures' if failing else 'none'}"
+    items = {t.nodeid for t in tests if "::" in t.nodeid}
+    collected = int(end.get("collected") or 0)
+    if not (exitfirst and failing) and not end.get("shouldstop") and len(items) < collected:
+        return f"pytest collected {collected} tests but reported {len(items)}"
+    return None
+
+
+def _read_report(path: Path, project: Path) -> tuple[list[TestResult], dict[str, Any] | None, bool]:
+    """The outcomes, the closing record (None when missing), and whether the report was unreadable."""
+    if not path.exists() and not path.is_symlink():
+        return [], None, False
+    data = read_regular(path)
+    if data is None:  # a FIFO, a link or something huge where the report should be
+        return [], None, True
     results: dict[str, TestResult] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    end: dict[str, Any] | None = None
+    unreadable = False
+    for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             r = json.loads(line)
-        except ValueError:
-            continue  # a test that killed the interpreter mid-write
-        frames = tuple((project_relative(f[0], project), int(f[1]), str(f[2])) for f in r.get("frames", []))
-        result = TestResult(
-            r["nodeid"], r["outcome"], float(r.get("duration", 0.0)), r.get("message", ""), frames
-        )
+            if r.get("end") is True:
+                end = r
+                continue
+            if end is not None:  # nothing comes after the closing record
+                unreadable = True
+            frames = tuple(
+                (project_relative(str(f[0]), project), int(f[1]), str(f[2])) for f in r.get("frames", [])
+            )
+            result = TestResult(
+                str(r["nodeid"]),
+                str(r["outcome"]),
+                float(r.get("duration", 0.0)),
+                str(r.get("message", "")),
+                frames,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            unreadable = True  # a test that killed the interpreter mid-write, or a forged line
+            continue
         previous = results.get(result.nodeid)
         # Setup/teardown errors outrank a passing call phase.
         if (
@@ -144,13 +196,16 @@ def _read_report(path: Path, project: Path) -> list[TestResult]:
             or (previous.outcome == "passed" and result.outcome != "passed")
         ):
             results[result.nodeid] = result
-    return list(results.values())
+    return list(results.values()), end, unreadable
 
 
 def _read_coverage(path: Path, project: Path) -> CoverageMap:
+    data = read_regular(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(data or b"{}")
     except ValueError:
+        return {}
+    if not isinstance(raw, dict):
         return {}
     return {
         test: {project_relative(f, project): lines for f, lines in files.items()}

@@ -67,6 +67,9 @@ class StageResult:
     checks: list[CheckResult] = field(default_factory=list)
     syntax_errors: dict[str, str] = field(default_factory=dict)
     skipped: bool = False
+    # Set when the stage could not give a verdict (a tool that crashed, timed out, was killed or
+    # reported something inconsistent): the candidate fails, whatever else the stage observed.
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The trace form: outcomes and diagnostics in full, long texts trimmed."""
@@ -106,4 +109,5 @@ class StageResult:
             ],
             syntax_errors=dict(data.get("syntax_errors", {})),
             skipped=data.get("skipped", False),
+            error=data.get("error"),
         )

@@ -1,16 +1,50 @@
-"""Stage 2: `ruff check` on the changed files (or the whole project for the baseline)."""
+"""Stage 2: `ruff check` on the changed files (or the whole project for the baseline).
+
+Which ruff: the project's own (installed in its interpreter's environment) when it has one, else the
+one installed with ralph (pinned to a tested range). Which rules: the project's ruff configuration
+when it has one (in the project or above it, up to the repository root); without one, ruff runs with
+`--isolated` and ralph's documented rule set (`DEFAULT_RULES`, ruff's own defaults before 0.16), so
+neither a newer ruff's wider defaults nor a `ruff.toml` in a parent directory such as /tmp decide.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 import time
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ralph.protocols import Scope
 from sandboxes.local import ProcessResult
 from validators.report import Diagnostic, StageResult
 from validators.toolchain import Toolchain, project_relative, ruff_bin
+
+# ruff's default rule selection before 0.16 widened it (pyflakes and the error-level pycodestyle rules).
+DEFAULT_RULES = ("E4", "E7", "E9", "F")
+_CONFIGS = ("ruff.toml", ".ruff.toml")
+
+
+def ruff_config(project: Path, root: Path | None = None) -> Path | None:
+    """The ruff configuration that applies to the project: the nearest `ruff.toml`, `.ruff.toml` or
+    `pyproject.toml` with a `[tool.ruff]` table, from the project up to `root` (its repository)."""
+    top = (root or project).resolve()
+    here = project.resolve()
+    while True:
+        for name in _CONFIGS:
+            if (here / name).is_file():
+                return here / name
+        pyproject = here / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                if "ruff" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}):
+                    return pyproject
+            except (OSError, ValueError):
+                pass
+        if here == top or here.parent == here or not here.is_relative_to(top):
+            return None
+        here = here.parent
 
 
 class RuffValidator:
@@ -18,6 +52,15 @@ class RuffValidator:
 
     def __init__(self, toolchain: Toolchain) -> None:
         self.toolchain = toolchain
+        self.enabled = True
+        self.config = ruff_config(toolchain.project, toolchain.root)
+        self.binary = project_ruff(toolchain.python) or ruff_bin()
+
+    def _argv(self, *args: str) -> list[str]:
+        argv = [self.binary, *args, "--no-cache", "--force-exclude"]
+        if self.config is None:
+            argv += ["--isolated", f"--select={','.join(DEFAULT_RULES)}"]
+        return argv
 
     def check(self, scope: Scope) -> StageResult:
         return self.start(scope)()
@@ -26,26 +69,45 @@ class RuffValidator:
         """Start ruff and return at once; calling the result waits for ruff's findings."""
         start = time.perf_counter()
         paths = [p for p in scope.paths if p.endswith((".py", ".pyi"))] if scope.paths is not None else None
-        if paths == []:
-            return lambda: StageResult(
-                self.name, ok=True, duration_ms=0.0, skipped=True, detail="no Python files"
-            )
-        argv = [ruff_bin(), "check", "--output-format=json", "--exit-zero", "--no-cache", "--force-exclude"]
+        if paths == [] or not self.enabled:
+            detail = "no Python files" if self.enabled else "off: it could not run at the baseline"
+            return lambda: StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail)
+        argv = self._argv("check", "--output-format=json", "--exit-zero")
         # A few files gain nothing from ruff's thread pool (measured: 7 ms instead of 9.5 ms a call),
         # and the candidate's tests may be running beside it.
         env = {"RAYON_NUM_THREADS": "1"} if paths is not None else None
-        running = self.toolchain.start_tool([*argv, *(paths or ["."])], env=env)
+        # `--`: a file named like an option (`--config=...py`) is a file, never a setting.
+        running = self.toolchain.start_tool([*argv, "--", *(paths or ["."])], env=env)
         return lambda: self._findings(running.wait(scope.timeout_s), paths, start)
+
+    def fix_only(self, paths: Sequence[str], timeout_s: float = 60.0) -> bool:
+        """Apply ruff's safe fixes to these files in place; whether ruff ran cleanly."""
+        argv = self._argv("check", "--fix-only", "--exit-zero", "--quiet")
+        result = self.toolchain.run_tool(
+            [*argv, "--", *paths], env={"RAYON_NUM_THREADS": "1"}, timeout_s=timeout_s
+        )
+        return result.ok
 
     def _findings(self, result: ProcessResult, paths: list[str] | None, start: float) -> StageResult:
         elapsed = (time.perf_counter() - start) * 1000
-        try:
-            raw = json.loads(result.output[result.output.index("[") :]) if result.ok else None
-        except ValueError:
-            raw = None
-        if raw is None:
+        raw = None
+        if result.ok:
+            try:
+                raw = json.loads(result.output[result.output.index("[") :])
+            except ValueError:
+                raw = None
+        if not isinstance(raw, list):
+            why = (
+                "timed out"
+                if result.timed_out
+                else f"exit {result.returncode}: {result.output.strip()[-300:]}"
+            )
             return StageResult(
-                self.name, ok=False, duration_ms=elapsed, detail=f"ruff failed: {result.output[-500:]}"
+                self.name,
+                ok=False,
+                duration_ms=elapsed,
+                detail=f"ruff failed: {why}",
+                error=f"ruff failed: {why}",
             )
         project = self.toolchain.project.resolve()
         relative = functools.cache(lambda name: project_relative(name, project))  # one per file
@@ -69,3 +131,10 @@ class RuffValidator:
             diagnostics=diagnostics,
             checked=[("ruff", p) for p in checked],
         )
+
+
+@functools.cache
+def project_ruff(python: str) -> str | None:
+    """The ruff installed beside the project's interpreter (its virtual environment), if any."""
+    candidate = Path(python).parent / "ruff"
+    return str(candidate) if candidate.is_file() else None

@@ -28,8 +28,13 @@ class Toolchain:
     env: dict[str, str] = field(default_factory=dict)
     # Where files passed between ralph and a sandboxed process live (a sandbox's /tmp is private).
     scratch: Path | None = None
-    # Runs trusted tools that execute no project code (ruff, git, the type checker's daemon).
+    # Runs trusted tools that execute no project code and read only what the policy keeps the
+    # candidate from changing (ruff, git).
     tools: LocalSandbox = field(default_factory=LocalSandbox)
+    # Runs the type checker: the workspace read-only, nothing writable (None: `sandbox`).
+    checker: Sandbox | None = None
+    # The repository's copy the project lies in: tool configuration is looked up no further up.
+    root: Path | None = None
 
     def python_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the target's Python: our plugin and the workspace's code come first on the path."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 import ast
 import json
 import os
+import stat
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from sandboxes.local import ProcessResult, child_env, kill_group, read_capped, read_line
 from validators.selection import project_sources
@@ -103,20 +105,53 @@ class WarmRunner:
                 kill_group(proc)
                 self._proc = None
                 return ProcessResult(
-                    -9, "the warm test runner died", time.monotonic() - start, timed_out=False
+                    -9,
+                    "the warm test runner died",
+                    time.monotonic() - start,
+                    timed_out=False,
+                    error="the warm test runner died",
                 )
-            reply = json.loads(line)
+            try:
+                reply = json.loads(line)
+                returncode, seconds, timed_out = (
+                    int(reply["returncode"]),
+                    float(reply["seconds"]),
+                    bool(reply["timed_out"]),
+                )
+            except (ValueError, KeyError, TypeError):  # not the worker's reply: it cannot be trusted
+                kill_group(proc)
+                self._proc = None
+                return ProcessResult(
+                    -9, "the warm test runner's reply is unreadable", 0.0, error="unreadable reply"
+                )
             self.readied += bool(reply.get("readied"))
             text = ""
-            if output.exists():
-                with output.open("rb") as f:
+            fd = _open_output(output)
+            if fd is not None:
+                with fd as f:
                     text = read_capped(f, 1 << 20)  # a test printing gigabytes costs a megabyte
-        return ProcessResult(reply["returncode"], text, reply["seconds"], reply["timed_out"])
+            error = None
+            if reply.get("disk_exceeded"):
+                error = "the tests wrote more than the disk cap allows (killed)"
+        return ProcessResult(returncode, text, seconds, timed_out, error=error)
 
     def close(self) -> None:
         if self._proc is not None:
             kill_group(self._proc)
             self._proc = None
+
+
+def _open_output(path: Path) -> IO[bytes] | None:
+    """The run's output file, unless a test put something other than a regular file there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        return None
+    return f
 
 
 _PYTEST_SETTINGS = frozenset(

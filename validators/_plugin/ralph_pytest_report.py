@@ -1,8 +1,13 @@
 """pytest plugin loaded into the target repo's pytest by ralph (``-p ralph_pytest_report``).
 
 It runs inside the target's interpreter, so it depends on nothing but pytest (and coverage.py when the
-target has it). It writes one JSON object per test outcome to $RALPH_REPORT and, when $RALPH_COVERAGE
-is set, the lines of files under $RALPH_COVERAGE_ROOT that each test executed.
+target has it). It writes one JSON object per test outcome to $RALPH_REPORT, then one closing record
+with pytest's exit status and how many tests it collected (the host checks the outcomes against both,
+and a run without the closing record gives no verdict), and, when $RALPH_COVERAGE is set, the lines
+of files under $RALPH_COVERAGE_ROOT that each test executed.
+
+Its settings are read once, when the session starts (`arm`), and removed from the environment before
+any test module is imported, so the project's code does not find the report's path there.
 """
 
 from __future__ import annotations
@@ -19,12 +24,35 @@ import pytest
 _MAX_MESSAGE = 4000
 _report_file = None
 _lines_by_test: dict[str, dict[str, set[int]]] = {}
+_SETTINGS = ("RALPH_REPORT", "RALPH_COVERAGE", "RALPH_COVERAGE_ROOT", "RALPH_TEST_TIMEOUT", "RALPH_FIRST")
+_settings: dict[str, str] = {}
+
+
+def arm() -> None:
+    """Take our settings out of the environment and open the report (once per test process; the
+    warm runner's readied child calls it again when its request has set them)."""
+    global _report_file
+    if not os.environ.get("RALPH_REPORT"):
+        return
+    for name in _SETTINGS:
+        value = os.environ.pop(name, None)
+        if value is not None:
+            _settings[name] = value
+    _report_file = open(_settings["RALPH_REPORT"], "a", encoding="utf-8")  # noqa: SIM115
+
+
+def _setting(name: str) -> str:
+    return _settings.get(name, "")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session) -> None:
+    arm()
 
 
 def _write(record: dict) -> None:
-    global _report_file
     if _report_file is None:
-        _report_file = open(os.environ["RALPH_REPORT"], "a", encoding="utf-8")  # noqa: SIM115
+        return
     _report_file.write(json.dumps(record) + "\n")
     _report_file.flush()
 
@@ -52,7 +80,7 @@ def _message(report) -> str:
 
 def _root() -> str:
     # Read when used, not at import: the warm runner imports this module before any request's env.
-    return os.environ.get("RALPH_COVERAGE_ROOT", "")
+    return _setting("RALPH_COVERAGE_ROOT")
 
 
 def _frames(call) -> list[list]:
@@ -76,7 +104,7 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report) -> None:
-    if not os.environ.get("RALPH_REPORT"):
+    if _report_file is None:
         return
     if report.when == "call" or (report.when != "call" and (report.failed or report.skipped)):
         if report.when == "call":
@@ -99,7 +127,7 @@ def pytest_runtest_logreport(report) -> None:
 
 
 def pytest_collectreport(report) -> None:
-    if os.environ.get("RALPH_REPORT") and report.failed:
+    if _report_file is not None and report.failed:
         _write(
             {
                 "nodeid": report.nodeid,
@@ -119,7 +147,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     contains; the rest keep pytest's order. A broken candidate then fails on its first test or so,
     and -x stops the run there instead of after the whole module."""
     try:
-        first = json.loads(os.environ.get("RALPH_FIRST") or "{}")
+        first = json.loads(_setting("RALPH_FIRST") or "{}")
     except ValueError:
         return
     failed = set(first.get("tests", []))
@@ -196,7 +224,7 @@ _tracer: _Tracer | None = None
 def _traced(key: str):
     """A hookwrapper body: record the lines run while the wrapped hook runs under `key`."""
     global _tracer
-    if not os.environ.get("RALPH_COVERAGE"):
+    if not _setting("RALPH_COVERAGE"):
         yield
         return
     if _tracer is None:
@@ -219,14 +247,23 @@ def pytest_runtest_protocol(item, nextitem):
     yield from _traced(item.nodeid)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus) -> None:
-    path = os.environ.get("RALPH_COVERAGE")
+    path = _setting("RALPH_COVERAGE")
     if path:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(
                 {t: {fn: sorted(ls) for fn, ls in files.items()} for t, files in _lines_by_test.items()}, f
             )
     if _report_file is not None:
+        _write(
+            {
+                "end": True,
+                "exitstatus": int(exitstatus),
+                "collected": int(getattr(session, "testscollected", 0)),
+                "shouldstop": bool(getattr(session, "shouldstop", False)),
+            }
+        )
         _report_file.close()
 
 
@@ -238,13 +275,13 @@ class _TestTimeout(Exception):
 
 def _on_alarm(signum, frame):
     raise _TestTimeout(
-        f"the test ran longer than {os.environ.get('RALPH_TEST_TIMEOUT')} s (ralph's per-test limit)"
+        f"the test ran longer than {_setting('RALPH_TEST_TIMEOUT')} s (ralph's per-test limit)"
     )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    limit = float(os.environ.get("RALPH_TEST_TIMEOUT") or 0)
+    limit = float(_setting("RALPH_TEST_TIMEOUT") or 0)
     if limit <= 0 or not hasattr(signal, "setitimer"):
         yield
         return

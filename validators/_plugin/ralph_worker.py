@@ -3,7 +3,13 @@
 It imports pytest, our report plugin and the given third-party modules once (never the repo's own
 modules), then serves requests: one JSON line on stdin -> fork -> `pytest.main(args)` in the child ->
 one JSON line on stdout. A child that runs past its timeout is killed with its whole process group.
-Depends on nothing but the standard library and pytest.
+
+The worker is a child subreaper: whatever a test child starts (setsid daemons, double forks) is
+reparented to it, and before it replies it kills every process below it but the readied spare, so
+nothing a candidate started outlives that candidate's request. It is not dumpable, so a test cannot
+ptrace it or write its memory. A request whose processes make the workspace's filesystem lose more
+than $RALPH_DISK_CAP bytes (default 1 GiB) is killed. Depends on nothing but the standard library
+and pytest.
 """
 
 from __future__ import annotations
@@ -60,15 +66,79 @@ def _forget_project_modules(own: list[str], root: str) -> None:
 _PARENT = os.getppid()
 
 
-def _die_with_parent() -> None:
-    """Linux, in each test child: be killed when the worker goes, so a test looping forever never
-    outlives the worker that started it."""
+def _prctl(option: int, value: int) -> bool:
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        pass
+        return False
+
+
+def _die_with_parent() -> None:
+    """Linux, in each test child: be killed when the worker goes, so a test looping forever never
+    outlives the worker that started it."""
+    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _descendants() -> list[int]:
+    """Every process below this one (children of children too), from /proc."""
+    found: list[int] = []
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def _kill_leftovers() -> int:
+    """Kill everything below the worker and reap it (call when no spare is alive). Orphans of a test
+    are ours (we are a subreaper), so a daemon cannot slip away between rounds."""
+    killed = 0
+    for _ in range(200):
+        pids = _descendants()
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        _reap(0.05)
+    _reap(0.0)
+    return killed
+
+
+def _reap(seconds: float) -> None:
+    """Reap exited children for up to `seconds` (until none is left)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.001)
+
+
+def _free_bytes(path: str) -> int | None:
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize
 
 
 def _become_child() -> None:
@@ -240,6 +310,9 @@ class _Waiter:
         if not self.request:
             os._exit(3)
         os.environ.update(self.request.get("env", {}))
+        import ralph_pytest_report
+
+        ralph_pytest_report.arm()  # its settings came with the request, after the session started
         session.config.args = list(self.request["tests"])
         if ARGS_SOURCE is not None:  # what pytest's header says the paths came from
             session.config.args_source = ARGS_SOURCE
@@ -290,11 +363,19 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
     deadline = start + timeout
     status = None
     pidfd = _pidfd(pid)
+    cap = int(os.environ.get("RALPH_DISK_CAP") or 1 << 30)
+    free_at_start = _free_bytes(request["cwd"])
+    disk_exceeded = False
     while status is None:
         done, raw = os.waitpid(pid, os.WNOHANG)
         if done:
             status = raw
         elif time.monotonic() > deadline:
+            break
+        elif (
+            free_at_start is not None and free_at_start - (_free_bytes(request["cwd"]) or free_at_start) > cap
+        ):
+            disk_exceeded = True
             break
         elif os.getppid() != _PARENT:  # ralph is gone: take the test down with us
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -306,24 +387,29 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
             time.sleep(0.002)
     if pidfd is not None:
         os.close(pidfd)
-    timed_out = status is None
+    timed_out = status is None and not disk_exceeded
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)  # the child's stragglers too (a test that forked)
-    if timed_out:
+    if status is None:
         _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status) if status is not None else -9
+    leftovers = _kill_leftovers()  # setsid daemons, double forks: reparented to us, killed
     if spare is not None and readied:
         spare.finish(request["output"])
     return {
         "id": request.get("id"),
         "returncode": code,
         "timed_out": timed_out,
+        "disk_exceeded": disk_exceeded,
+        "leftovers": leftovers,
         "seconds": time.monotonic() - start,
         "readied": readied,
     }
 
 
 def main() -> None:
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: a test's orphans become ours, to kill
+    _prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem for the tests we fork
     builtin, plugins = _pytest_plugins()
     loaded = _preload(["ralph_pytest_report", *builtin, *plugins, *sys.argv[1:]])
     _forget_project_modules(os.environ.get("RALPH_OWN_MODULES", "").split(","), os.getcwd())

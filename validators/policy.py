@@ -1,0 +1,80 @@
+"""What a candidate may not change, checked before anything runs (pure functions of its changes).
+
+A verdict is only as good as the configuration it was reached with: a candidate that edits how it is
+verified (the ruff, mypy, pytest or ralph settings, a startup hook of the interpreter) is refused, and
+so is one whose added lines reach into the test harness (pytest's internals, our report plugin,
+`sys.modules` surgery, `os._exit`): no bug fix needs them, and they are how a verdict gets forged.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+
+from ralph.candidate import FileChange
+
+# Files whose contents decide how ralph's tools judge a candidate (or run before any of its code).
+CONFIG_FILES = frozenset(
+    {
+        "ruff.toml",
+        ".ruff.toml",
+        "mypy.ini",
+        ".mypy.ini",
+        "pytest.ini",
+        ".pytest.ini",
+        "tox.ini",
+        "setup.cfg",
+        "ralph.toml",
+        ".coveragerc",
+        ".pre-commit-config.yaml",
+        "sitecustomize.py",
+        "usercustomize.py",
+        "conftest.py",
+    }
+)
+
+_HARNESS = re.compile(
+    r"\b_pytest\b|\bralph_\w+|\bRALPH_\w+|\bsys\.modules\b|\bos\._exit\b|\bdef\s+pytest_\w+"
+    r"|\bpluginmanager\b|\b__builtins__\b|\bimport\s+builtins\b|\bfrom\s+builtins\b"
+    r"|\bsys\.set(?:trace|profile)\b|\bPYTEST_\w+|\bpytest_plugins\b"
+)
+
+
+def config_edits(changes: Sequence[FileChange], extra: Sequence[str] = ()) -> list[str]:
+    """The changed files that configure verification (and the `extra` ones, such as the type
+    checker's plugins); for `pyproject.toml`, only its `[tool]` tables (dependencies may change)."""
+    found = []
+    for change in changes:
+        name = PurePosixPath(change.path).name
+        if name in CONFIG_FILES or name.endswith(".pth") or change.path in extra:
+            found.append(change.path)
+        elif name == "pyproject.toml" and _tool_tables(change.before) != _tool_tables(change.after):
+            found.append(f"{change.path} [tool]")
+    return found
+
+
+def _tool_tables(text: str | None) -> object:
+    if text is None:
+        return None
+    try:
+        return tomllib.loads(text).get("tool")
+    except tomllib.TOMLDecodeError:
+        return "<does not parse>"
+
+
+def harness_reach(changes: Sequence[FileChange]) -> list[str]:
+    """Added lines that reach into the test harness, as `path:line: text`."""
+    found = []
+    for change in changes:
+        if not change.path.endswith((".py", ".pyi")) or change.after is None:
+            continue
+        # Lines the edit added (as a multiset: linear in the file, whatever its size).
+        after = change.after.splitlines()
+        added = Counter(after) - Counter((change.before or "").splitlines())
+        for number, line in enumerate(after, 1):
+            if added[line] and (match := _HARNESS.search(line)):
+                found.append(f"{change.path}:{number}: {match.group(0)}")
+    return found
