@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph.protocols import DraftContext
+from sandboxes.workspace import read_beneath
 
 MAX_MESSAGE_CHARS = 1500
 MAX_SNIPPET_LINES = 80
@@ -64,12 +65,12 @@ def localize(project: Path, suspicious: Sequence[tuple[str, int]], limit: int = 
     for path, line in suspicious:
         if len(snippets) >= limit:
             break
-        file = project / path
-        if file.is_symlink() or not file.resolve().is_relative_to(root) or not file.is_file():
-            continue
         if any(s.path == path and s.start <= line <= s.end for s in snippets):
             continue
-        source = file.read_text(encoding="utf-8", errors="replace")
+        data = read_beneath(root, path)  # never through a link, never outside the project
+        if data is None:
+            continue
+        source = data.decode("utf-8", errors="replace")
         start, end = _enclosing_span(source, line)
         lines = source.splitlines()
         end = min(end, len(lines))

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import ast
 import difflib
+import os
 import re
+import stat
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import unidiff
 from unidiff.errors import UnidiffParseError
+
+from sandboxes.workspace import UnsafePath, open_dir, read_text_beneath, safe_parts
 
 MAX_EDIT_BYTES = 1_048_576
 _MAX_TEXT_BYTES = 4 * MAX_EDIT_BYTES
@@ -85,6 +90,29 @@ class FunctionReplacement:
 
 
 _DRIVE_RE = re.compile(r"^[A-Za-z]:")
+
+
+def read_for_edit(project: Path, path: str) -> str | None:
+    """The text of a project file an edit touches (None: no such file), read through no symlink and
+    never outside the project; EditError, written for the model, for a file an edit may not use."""
+    rel = validate_edit_path(path)
+    try:
+        parts = safe_parts(rel)
+        with open_dir(project, parts[:-1]) as dir_fd:
+            info = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnsafePath):
+        info = None
+    if info is None or stat.S_ISLNK(info.st_mode):
+        raise EditError(f"{path} is a symbolic link or lies outside the project; edit a regular file in it")
+    if stat.S_ISDIR(info.st_mode):
+        raise EditError(f"{path} is a directory; give the path of a file")
+    # As the workspace reads it (universal newlines), so FileChange.before matches what it compares.
+    text = read_text_beneath(project, rel)
+    if text is None:
+        raise EditError(f"{path} is not UTF-8 text; only text files can be edited")
+    return text
 
 
 def validate_edit_path(path: str, *, max_bytes: int | None = None, content: str | None = None) -> str:

@@ -10,7 +10,9 @@ from validators.report import TestResult
 
 
 def _in_project(path: str, protected: Sequence[str]) -> bool:
-    return not (path.startswith(("/", "../")) or is_protected(path, protected))
+    # A frame's path comes from the test process: `pkg/../../../root/x.py` is not in the project.
+    parts = path.replace("\\", "/").split("/")
+    return not (path.startswith("/") or ".." in parts or not path or is_protected(path, protected))
 
 
 def suspicious_lines(

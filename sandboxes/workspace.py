@@ -69,6 +69,14 @@ def open_dir(root: Path, parts: Sequence[str], *, create: bool = False) -> Itera
 def read_beneath(root: Path, path: str, limit: int = 64 << 20) -> bytes | None:
     """The bytes of the regular file `root/path`, never through a symlink or outside `root`; None
     when it is missing, not a regular file, unsafe or over `limit`."""
+    found = stat_and_read_beneath(root, path, limit)
+    return found[1] if found else None
+
+
+def stat_and_read_beneath(
+    root: Path, path: str, limit: int = 64 << 20
+) -> tuple[os.stat_result, bytes] | None:
+    """`read_beneath` with the file's status as it was read (one open, no race between the two)."""
     try:
         parts = safe_parts(path)
         with open_dir(root, parts[:-1]) as dir_fd:
@@ -79,7 +87,7 @@ def read_beneath(root: Path, path: str, limit: int = 64 << 20) -> bytes | None:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
-        return f.read(limit + 1)[:limit]
+        return info, f.read(limit + 1)[:limit]
 
 
 def read_text_beneath(root: Path, path: str) -> str | None:

@@ -8,10 +8,11 @@ import marshal
 import os
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import CodeType
 
 from ralph.protocols import Scope
+from sandboxes.workspace import stat_and_read_beneath, write_beneath
 from validators.report import StageResult
 from validators.toolchain import Toolchain
 
@@ -33,11 +34,10 @@ class SyntaxValidator:
         errors: dict[str, str] = {}
         for path in paths:
             file = self.project / path
-            try:
-                with file.open("rb") as f:
-                    source, stat = f.read(), os.fstat(f.fileno())
-            except OSError:  # deleted, or not a file
+            found = stat_and_read_beneath(self.project, path)
+            if found is None:  # deleted, not a regular file, or reached through a link
                 continue
+            stat, source = found
             try:
                 # optimize=0: the bytecode may serve the tests' imports, asserts included.
                 code = compile(source, str(file), "exec", dont_inherit=True, optimize=0)
@@ -47,7 +47,7 @@ class SyntaxValidator:
                 errors[path] = f"{path}:{line}: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}"
                 continue
             if self.write_bytecode:
-                write_pyc(file, code, stat)
+                write_pyc(self.project, path, code, stat)
         return StageResult(
             stage=self.name,
             ok=not errors,
@@ -58,19 +58,17 @@ class SyntaxValidator:
         )
 
 
-def write_pyc(file: Path, code: CodeType, stat: os.stat_result) -> None:
-    """`code` as the timestamp-checked .pyc of `file` (PEP 552), written atomically; never an error."""
+def write_pyc(project: Path, path: str, code: CodeType, stat: os.stat_result) -> None:
+    """`code` as the timestamp-checked .pyc of `project/path` (PEP 552), written atomically and
+    through no symlink (a `__pycache__` swapped for a link into the user's tree is refused); never
+    an error."""
     tag = sys.implementation.cache_tag
     if tag is None:
         return
-    target = file.parent / "__pycache__" / f"{file.stem}.{tag}.pyc"
+    source = PurePosixPath(path)
+    target = (source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc").as_posix()
     header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
     header += (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
     header += (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     with contextlib.suppress(OSError, ValueError):
-        target.parent.mkdir(exist_ok=True)
-        partial.write_bytes(header + marshal.dumps(code))
-        os.replace(partial, target)
-    with contextlib.suppress(OSError):
-        partial.unlink(missing_ok=True)
+        write_beneath(project, target, header + marshal.dumps(code))

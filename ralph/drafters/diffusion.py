@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from ralph.candidate import Candidate, FileChange, is_protected
 from ralph.context import Snippet, localize, render
 from ralph.drafters.queue import CandidateQueue
-from ralph.edits import EditError, apply_search_replace, parse_search_replace
+from ralph.edits import EditError, apply_search_replace, parse_search_replace, read_for_edit
 from ralph.errors import RalphError
 from ralph.protocols import DraftContext
+from sandboxes.workspace import read_text_beneath
 
 if TYPE_CHECKING:
     import torch
@@ -443,7 +444,7 @@ class DiffusionDrafter:
         for snippet in localize(context.project, context.suspicious, limit=self.options.snippets):
             if is_protected(snippet.path, context.protected):
                 continue
-            source = _read(context.project / snippet.path)
+            source = read_text_beneath(context.project, snippet.path)
             if source is None:
                 continue
             for span in infill_spans(snippet, source, context.suspicious):
@@ -613,22 +614,7 @@ def _function_body(source: str, snippet: Snippet) -> tuple[int, int] | None:
 
 def _project_file(project: Path, path: str) -> str | None:
     """A file's text, None when it does not exist; EditError for files an edit may not go through."""
-    file = project / path
-    if file.is_symlink() or not file.resolve().is_relative_to(project.resolve()):
-        raise EditError(f"{path} is outside the project (or a symlink); edit the file it points to")
-    if not file.exists():
-        return None
-    text = _read(file)
-    if text is None:
-        raise EditError(f"{path} is not a UTF-8 text file; it cannot be edited with SEARCH/REPLACE")
-    return text
-
-
-def _read(file: Path) -> str | None:
-    try:
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+    return read_for_edit(project, path)
 
 
 def _parses(source: str) -> bool:

@@ -28,7 +28,6 @@ import random
 import re
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from ralph.candidate import Candidate, FileChange, is_protected
@@ -39,6 +38,7 @@ from ralph.edits import (
     apply_unified_diff,
     parse_search_replace,
     parse_unified_diff,
+    read_for_edit,
 )
 from ralph.errors import RalphError
 from ralph.protocols import DraftContext
@@ -504,7 +504,6 @@ def _changes(context: DraftContext, reply: str) -> tuple[FileChange, ...]:
 def _current(context: DraftContext, paths: list[str]) -> dict[str, str | None]:
     """The current contents of the paths an edit touches (None: no such file), after refusing
     protected paths and paths that leave the project."""
-    root = context.project.resolve()
     current: dict[str, str | None] = {}
     for path in dict.fromkeys(paths):
         if is_protected(path, context.protected):
@@ -512,22 +511,8 @@ def _current(context: DraftContext, paths: list[str]) -> dict[str, str | None]:
                 f"{path} is protected (tests and other protected files must not be edited); change the "
                 "code under test instead"
             )
-        current[path] = _read(context.project / path, root, path)
+        current[path] = read_for_edit(context.project, path)
     return current
-
-
-def _read(file: Path, root: Path, path: str) -> str | None:
-    if file.is_symlink() or not file.resolve().is_relative_to(root):
-        raise EditError(f"{path} is a symbolic link or lies outside the project; edit a regular file in it")
-    if not file.exists():
-        return None
-    if not file.is_file():
-        raise EditError(f"{path} is a directory; give the path of a file")
-    try:
-        # As the workspace reads it (universal newlines), so FileChange.before matches what it compares.
-        return file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise EditError(f"{path} is not UTF-8 text; only text files can be edited") from None
 
 
 def _for_model(err: EditError) -> str:
@@ -552,8 +537,10 @@ def _fim_hole(context: DraftContext) -> _Hole | None:
         return None
     snippet = snippets[0]
     try:
-        text = (context.project / snippet.path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_for_edit(context.project, snippet.path)
+    except EditError:
+        return None
+    if text is None:
         return None
     lines = io.StringIO(text).readlines()  # split at "\n" only, as ast counts lines
     start = _body_start(text, snippet.start, snippet.end) or snippet.start

@@ -15,6 +15,7 @@ from ralph.candidate import Candidate, FileChange, is_protected
 from ralph.drafters.mutation_ops import generate_mutants
 from ralph.drafters.queue import CandidateQueue
 from ralph.protocols import DraftContext
+from sandboxes.workspace import read_text_beneath
 from validators.toolchain import ruff_bin
 
 
@@ -37,7 +38,7 @@ class MutationDrafter:
             if is_protected(path, context.protected) or not path.endswith(".py"):
                 continue
             if path not in sources:
-                sources[path] = _read(context.project / path)
+                sources[path] = read_text_beneath(context.project, path)
             source = sources[path]
             if source is None:
                 continue
@@ -48,13 +49,6 @@ class MutationDrafter:
                     changes=(FileChange(path, source, mutant.source),),
                     meta={"operator": mutant.operator},
                 )
-
-
-def _read(file: Path) -> str | None:
-    try:
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _lint_fixes(context: DraftContext) -> Iterator[Candidate]:
@@ -71,7 +65,7 @@ def _lint_fixes(context: DraftContext) -> Iterator[Candidate]:
         for path in paths:
             if is_protected(path, context.protected):
                 continue
-            before = _read(context.project / path)
+            before = read_text_beneath(context.project, path)
             if before is None:
                 continue
             after = _ruff(context.project, [*args, "--stdin-filename", path, "-"], before)

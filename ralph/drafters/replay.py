@@ -19,6 +19,7 @@ from ralph.edits import (
     apply_unified_diff,
     parse_search_replace,
     parse_unified_diff,
+    read_for_edit,
     validate_edit_path,
 )
 from ralph.errors import RalphError
@@ -56,8 +57,12 @@ class ReplayDrafter:
 
 
 def _read(project: Path, path: str) -> str | None:
-    file = project / validate_edit_path(path)
-    return file.read_text(encoding="utf-8") if file.is_file() else None
+    try:
+        return read_for_edit(project, path)
+    except EditError:
+        if validate_edit_path(path) and (project / path).is_dir():
+            return None
+        raise
 
 
 def _new_contents(record: dict[str, Any], project: Path) -> dict[str, str | None]:
