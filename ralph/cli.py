@@ -25,8 +25,24 @@ app = typer.Typer(
 err = Console(stderr=True, soft_wrap=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"ralph {version('ralph-loop')}")
+        except PackageNotFoundError:
+            print("ralph (not installed)")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """ralph: fix failing checks with a fast drafter and cheap verification."""
 
 
@@ -396,17 +412,27 @@ def main() -> None:
         err.print("ralph: interrupted", highlight=False)
         sys.exit(130)
     except Exception as exc:  # a bug, not bad input: still one line, details on request
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+        if isinstance(exc, _usage_errors()):
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
         if os.environ.get("RALPH_DEBUG"):
             raise
         err.print(
             f"ralph: internal error: {type(exc).__name__}: {exc} (RALPH_DEBUG=1 shows details)", markup=False
         )
         sys.exit(3)
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """click's exception base, as typer raises it: typer 0.29 vendors its own copy of click
+    (`typer._click`), whose exceptions are not `click.ClickException`; older typers use click's."""
+    found: list[type[Exception]] = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(__import__(module, fromlist=["ClickException"]).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -99,6 +99,8 @@ class Loop:
                         report.accepted and report.observation is not None and report.score is not None
                     ):  # decide
                         message = _commit_message(candidate, self.verifier.score(state), report.score)
+                        if report.changes is not None:
+                            message += "Amended: ruff's safe fixes applied to the edited files\n"
                         state, result.remaining = report.observation, report.score.remaining
                         result.accepted += 1
                         self.branch.commit(report.changes or candidate.changes, message)

@@ -119,9 +119,12 @@ class BwrapSandbox:
         tmp_bytes: int = 256 << 20,
         max_output: int = 1 << 20,
         workspace_writable: bool = True,
+        disk_bytes: int | None = None,
     ) -> None:
         self.workspace = Path(workspace).resolve()
         self.workspace_writable = workspace_writable
+        # What its processes may take of the workspace's filesystem, watched while a command runs.
+        self.disk_bytes = disk_bytes or int(os.environ.get("RALPH_DISK_CAP") or 1 << 30)
         self.writable = tuple(Path(p).resolve() for p in writable)
         self.memory_bytes = memory_bytes
         self.cpu_seconds = cpu_seconds
@@ -192,10 +195,11 @@ class BwrapSandbox:
                         target=feed_stdin, args=(proc.stdin, stdin.encode()), daemon=True
                     ).start()
                 try:
-                    timed_out = not wait_exit(proc, timeout_s)
+                    ended = _wait_watching_disk(proc, timeout_s, self.workspace, self.disk_bytes)
                 finally:
                     _end_sandbox(proc, init)
-                returncode = -9 if timed_out else proc.returncode
+                timed_out = ended == "timeout"
+                returncode = proc.returncode if ended == "exited" else -9
                 output = read_capped(out, self.max_output)
         finally:
             os.close(info_read)
@@ -203,7 +207,8 @@ class BwrapSandbox:
                 os.close(info_write)
             if cgroup is not None:
                 _remove_cgroup(cgroup)
-        return ProcessResult(returncode, output, time.monotonic() - start, timed_out)
+        error = "the command wrote more than the disk cap allows (killed)" if ended == "disk" else None
+        return ProcessResult(returncode, output, time.monotonic() - start, timed_out, error=error)
 
     def close(self) -> None:
         """Kill what is left in, and remove, the pids cgroups `wrap` made."""
@@ -303,6 +308,30 @@ class BwrapSandbox:
         cgroup.mkdir()
         (cgroup / "pids.max").write_text(str(self.max_pids))
         return cgroup
+
+
+def _wait_watching_disk(proc: subprocess.Popen[bytes], timeout_s: float, where: Path, cap: int) -> str:
+    """ "exited", "timeout", or "disk" when the filesystem holding `where` lost more than `cap` bytes
+    since the start (checked every quarter second: the files are deleted when the state is restored)."""
+    deadline = time.monotonic() + timeout_s
+    free = _free_bytes(where)
+    while True:
+        left = deadline - time.monotonic()
+        if wait_exit(proc, max(0.0, min(0.25, left))):
+            return "exited"
+        if left <= 0.25:
+            return "timeout"
+        now = _free_bytes(where)
+        if free is not None and now is not None and free - now > cap:
+            return "disk"
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize
 
 
 def _homes() -> list[Path]:

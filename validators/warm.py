@@ -23,6 +23,8 @@ from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
 WORKER = PLUGIN_DIR / "ralph_worker.py"
+# How much a candidate's processes may take of the workspace's filesystem ($RALPH_DISK_CAP overrides).
+DISK_CAP = 1 << 30
 # Modules whose import does something (opens a browser, prints, needs a display).
 _NEVER_PRELOAD = frozenset({"antigravity", "this", "tkinter", "turtle", "idlelib", "pdb", "site"})
 
@@ -43,7 +45,9 @@ class WarmRunner:
         # copy of the project (its own modules must always come fresh from the workspace).
         own = ",".join(sorted(project_modules(self.toolchain.project)))
         spare = "1" if spare_safe(self.toolchain.project) else "0"
-        env = child_env(self.toolchain.python_env({"RALPH_OWN_MODULES": own, "RALPH_SPARE": spare}))
+        cap = os.environ.get("RALPH_DISK_CAP") or str(DISK_CAP)
+        settings = {"RALPH_OWN_MODULES": own, "RALPH_SPARE": spare, "RALPH_DISK_CAP": cap}
+        env = child_env(self.toolchain.python_env(settings))
         argv = [self.toolchain.python, str(WORKER), *self.preload]
         wrap = getattr(self.toolchain.sandbox, "wrap", None)
         if wrap is not None:  # the worker, and every test it forks, runs inside the sandbox

@@ -1,0 +1,404 @@
+"""Sound verdicts: a stage that cannot give a verdict fails the candidate, a candidate's code never runs
+on the host, and nothing a rejected candidate's tests left behind decides the next verdict.
+
+Hostile candidates come through `replay:FILE`; projects are real git repositories with real pytest,
+ruff and mypy; the end-to-end cases run in real bubblewrap (they skip where it cannot run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ralph.config import RunConfig
+from ralph.localize import suspicious_lines
+from ralph.protocols import Scope
+from ralph.session import fix
+from ralph.trace import read_trace
+from ralph.view import QuietView
+from sandboxes.bwrap import available
+from sandboxes.local import LocalSandbox, read_regular
+from tests.conftest import BUGGY_WINDOWS, git, run_ralph, write_files
+from validators.report import TestResult
+from validators.toolchain import Toolchain
+
+needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap cannot run here: {available()}")
+FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
+WRONG = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k - 1)")
+
+
+def replay(tmp_path: Path, *records: dict) -> str:
+    file = tmp_path / "edits.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return f"replay:{file}"
+
+
+def verdicts(outcome) -> list[dict]:
+    return [c for r in read_trace(outcome.trace) if r["type"] == "iteration" for c in r["candidates"]]
+
+
+def run_fix(repo: Path, drafter: str, **config) -> object:
+    return fix(repo, RunConfig(drafter=drafter, candidates=1, **config), view=QuietView(notices=False))
+
+
+# Fail closed
+
+
+def test_a_candidate_that_edits_the_ruff_config_is_refused(make_repo, tmp_path):
+    repo = make_repo(
+        {**BUGGY_WINDOWS, "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'}
+    )
+    pyproject = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n[tool.ruff.lint]\nselect = ["E999"]\n'
+    drafter = replay(
+        tmp_path,
+        {
+            "description": "break ruff",
+            "files": {"windows.py": "import os\n" + FIXED, "pyproject.toml": pyproject},
+        },
+    )
+    outcome = run_fix(repo, drafter, max_iterations=1)
+    [verdict] = verdicts(outcome)
+    assert verdict["verdict"] == "rejected" and verdict["failed_stage"] == "policy"
+    assert "pyproject.toml [tool]" in verdict["reason"]
+    assert outcome.branch is None
+
+
+def test_a_candidate_that_adds_a_mypy_plugin_is_refused(make_repo, tmp_path):
+    files = {**BUGGY_WINDOWS, "pyproject.toml": BUGGY_WINDOWS["pyproject.toml"] + "[tool.mypy]\n"}
+    repo = make_repo(files)
+    pyproject = files["pyproject.toml"] + 'plugins = ["missing"]\n'
+    drafter = replay(
+        tmp_path, {"description": "plugin", "files": {"windows.py": FIXED, "pyproject.toml": pyproject}}
+    )
+    [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["failed_stage"] == "policy" and "pyproject.toml" in verdict["reason"]
+
+
+def test_a_candidate_that_reaches_into_the_test_harness_is_refused(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    forged = FIXED + "\nimport sys\nsys.modules['ralph_pytest_report']._write = print\n"
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["failed_stage"] == "policy"
+    assert "windows.py:9: sys.modules" in verdict["reason"] and "test harness" in verdict["reason"]
+
+
+def _fake_ruff(tmp_path: Path, works: Path) -> str:
+    """An interpreter directory whose `ruff` is ours until `works` disappears, then exits 2."""
+    env = tmp_path / "env" / "bin"
+    env.mkdir(parents=True)
+    os.symlink(sys.executable, env / "python")
+    from validators.toolchain import ruff_bin
+
+    script = env / "ruff"
+    script.write_text(
+        f'#!/bin/sh\n[ -e {works} ] && exec {ruff_bin()} "$@"\necho "ruff crashed" >&2\nexit 2\n'
+    )
+    script.chmod(0o755)
+    return str(env / "python")
+
+
+def test_a_ruff_that_stops_giving_a_verdict_fails_the_candidate(tmp_path):
+    from ralph.candidate import Candidate, FileChange
+    from sandboxes.workspace import Workspace
+    from validators.pipeline import Verifier
+
+    works = tmp_path / "ruff-works"
+    works.touch()
+    write_files(tmp_path / "ws", BUGGY_WINDOWS)
+    ws = Workspace(tmp_path / "ws")
+    toolchain = Toolchain(_fake_ruff(tmp_path, works), LocalSandbox(), ws.project)
+    verifier = Verifier(toolchain, checks=[], targets=None, types=False, cache_dir=tmp_path / "cache")
+    try:
+        state, _ = verifier.baseline()
+        assert verifier.ruff.binary.startswith(str(tmp_path)) and not verifier.disabled
+        works.unlink()
+        change = FileChange("windows.py", BUGGY_WINDOWS["windows.py"], "import os\n" + FIXED)
+        ws.apply([change])
+        report = verifier.verify(Candidate("test", "fix + unused import", (change,)), state)
+    finally:
+        verifier.close()
+    assert not report.accepted
+    assert report.failed_stage == "ruff" and "no verdict" in report.reason and "ruff crashed" in report.reason
+
+
+def test_a_ruff_config_broken_at_the_baseline_turns_ruff_off_with_a_notice(make_repo, tmp_path):
+    files = {**BUGGY_WINDOWS, "ruff.toml": 'lint.select = ["NOT-A-RULE"]\n'}
+    repo = make_repo(files)
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = run_fix(repo, drafter, max_iterations=2)
+    start = next(r for r in read_trace(outcome.trace) if r["type"] == "run_start")
+    assert "ruff" in start["disabled_stages"]
+    assert any(line.startswith("ruff is off for this run") for line in outcome.notices)
+    assert outcome.result.outcome == "goal"
+    # From the command line: said on one line before the loop starts.
+    git(repo, "branch", "-D", outcome.branch)
+    proc = run_ralph("fix", str(repo), "--drafter", drafter, "--candidates", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "ruff is off for this run" in proc.stdout + proc.stderr
+
+
+def test_a_type_checker_that_times_out_gives_no_verdict(tmp_path):
+    from validators.mypy import MypyValidator
+
+    write_files(tmp_path, {"pyproject.toml": "[tool.mypy]\n", "m.py": "x: int = 1\n"})
+    mypy = MypyValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path), tmp_path / "cache")
+    try:
+        result = mypy.check(Scope(timeout_s=0.001))
+    finally:
+        mypy.close()
+    assert not result.ok and result.error is not None and "timed out" in result.error
+
+
+def test_a_missing_mypy_plugin_at_the_baseline_turns_mypy_off_with_a_notice(make_repo, tmp_path):
+    files = {
+        **BUGGY_WINDOWS,
+        "pyproject.toml": BUGGY_WINDOWS["pyproject.toml"] + '[tool.mypy]\nplugins = ["missing"]\n',
+    }
+    repo = make_repo(files)
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = run_fix(repo, drafter, max_iterations=2)
+    start = next(r for r in read_trace(outcome.trace) if r["type"] == "run_start")
+    assert "missing" in start["disabled_stages"]["mypy"]
+    assert outcome.result.outcome == "goal"
+
+
+def _pytest_stage(project: Path, timeout_s: float = 60):
+    from validators.pytest_run import PytestValidator
+
+    return PytestValidator(Toolchain(sys.executable, LocalSandbox(), project)).check(
+        Scope(timeout_s=timeout_s)
+    )
+
+
+def test_a_test_process_killed_after_its_tests_passed_gives_no_verdict(tmp_path):
+    write_files(
+        tmp_path,
+        {
+            "tests/test_a.py": "def test_one():\n    assert True\n",
+            "tests/conftest.py": (
+                "import os, signal, pytest\n\n\n@pytest.fixture(scope='session', autouse=True)\n"
+                "def die():\n    yield\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+            ),
+        },
+    )
+    result = _pytest_stage(tmp_path)
+    assert [t.outcome for t in result.tests] == ["passed"]  # the record was written...
+    assert result.error is not None and "signal 9" in result.error  # ...and vouches for nothing
+
+
+def test_a_report_rewritten_to_passing_disagrees_with_pytests_exit_status(tmp_path):
+    write_files(
+        tmp_path,
+        {
+            "tests/test_a.py": "def test_one():\n    assert False\n",
+            "tests/conftest.py": (
+                "import ralph_pytest_report as r\n_write = r._write\n"
+                "r._write = lambda rec: _write({**rec, 'outcome': 'passed'} if 'outcome' in rec else rec)\n"
+            ),
+        },
+    )
+    result = _pytest_stage(tmp_path)
+    assert result.error is not None and "exited 1 but its report has none" in result.error
+
+
+def test_a_run_that_ends_through_os_exit_gives_no_verdict(tmp_path):
+    write_files(
+        tmp_path,
+        {
+            "tests/test_a.py": "import os\n\n\ndef test_one():\n    pass\n\n\ndef test_two():\n    os._exit(0)\n"
+        },
+    )
+    result = _pytest_stage(tmp_path)
+    assert result.error is not None and "final report" in result.error
+
+
+def test_a_fifo_in_place_of_the_report_never_hangs_ralph(tmp_path):
+    write_files(
+        tmp_path,
+        {
+            "tests/test_a.py": "def test_one():\n    pass\n",
+            "tests/conftest.py": (
+                "import os\n\nFOUND = []\n\n\ndef pytest_sessionstart(session):\n"
+                "    for fd in os.listdir('/proc/self/fd'):\n"
+                "        try:\n            target = os.readlink(f'/proc/self/fd/{fd}')\n"
+                "        except OSError:\n            continue\n"
+                "        if target.endswith('report.jsonl'):\n            FOUND.append(target)\n\n\n"
+                "def pytest_unconfigure(config):\n"
+                "    for target in FOUND:\n        os.unlink(target)\n        os.mkfifo(target)\n"
+            ),
+        },
+    )
+    start = time.monotonic()
+    result = _pytest_stage(tmp_path, timeout_s=30)
+    assert time.monotonic() - start < 20
+    assert result.error is not None and "replaced" in result.error
+
+
+def test_a_fifo_is_not_read_as_a_file(tmp_path):
+    fifo = tmp_path / "report.jsonl"
+    os.mkfifo(fifo)
+    assert read_regular(fifo) is None
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_a_typo_in_a_tests_target_is_bad_input(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    proc = run_ralph("fix", str(repo), "--tests", "tests/test_windos.py", "--no-sandbox")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "tests/test_windos.py" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_file_named_like_a_ruff_option_is_linted_as_a_file(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    sneaky = "--config=lint.ignore=['ALL']#.py"
+    drafter = replay(
+        tmp_path, {"description": "sneaky", "files": {"windows.py": FIXED, sneaky: "print(undefined_name)\n"}}
+    )
+    [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["verdict"] == "rejected" and verdict["failed_stage"] == "ruff"
+    assert "F821" in verdict["reason"]
+
+
+def test_a_forged_traceback_frame_never_points_outside_the_project():
+    failing = [
+        TestResult(
+            "tests/test_a.py::test_x",
+            "failed",
+            frames=(
+                ("pkg/../../../../root/secret.py", 1, "f"),
+                ("/etc/passwd", 1, "g"),
+                ("pkg/a.py", 3, "h"),
+            ),
+        )
+    ]
+    assert suspicious_lines(failing, {}, [], ()) == [("pkg/a.py", 3)]
+
+
+# Without a ruff configuration: ralph's documented rule set, whatever the installed ruff's defaults
+
+
+OFF_BY_ONE = {
+    "agg.py": "def total(xs):\n    s = 0\n    for i in range(1, len(xs)):\n        s += xs[i]\n    return s\n",
+    "tests/test_agg.py": "from agg import total\n\n\ndef test_total():\n    assert total([1, 2, 3]) == 6\n",
+}
+
+
+def test_an_off_by_one_range_is_fixed_without_a_ruff_config(make_repo):
+    repo = make_repo(OFF_BY_ONE)
+    outcome = fix(repo, RunConfig(), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    assert "range(0, len(xs))" in git(repo, "show", f"{outcome.branch}:agg.py")
+
+
+def test_safe_lint_fixes_are_applied_and_committed(make_repo):
+    repo = make_repo({**OFF_BY_ONE, "pyproject.toml": '[tool.ruff.lint]\nselect = ["F", "PIE"]\n'})
+    outcome = fix(repo, RunConfig(), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    committed = git(repo, "show", f"{outcome.branch}:agg.py")
+    assert "for i in range(len(xs)):" in committed  # PIE808's safe fix, part of the edit
+    assert "ruff's safe fixes" in git(repo, "log", "-1", "--format=%B", outcome.branch)
+
+
+def test_a_ruff_toml_in_a_parent_directory_never_applies(make_repo, tmp_path):
+    (tmp_path / "ruff.toml").write_text('lint.select = ["ALL"]\n')  # above the repository
+    repo = make_repo(OFF_BY_ONE)
+    outcome = fix(repo, RunConfig(), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+
+
+# What a rejected candidate's tests leave behind
+
+
+@needs_bwrap
+def test_a_conftest_written_by_a_rejected_candidates_tests_never_decides_the_next(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    # Runs when the tests import the module (a wrong fix: rejected), and plants a conftest that
+    # turns every failure into a pass.
+    forger = (
+        "import pathlib\n\n"
+        + WRONG
+        + "\npathlib.Path(__file__).with_name('tests').joinpath('conftest.py').write_text(\n"
+        "    'import pytest\\n\\n@pytest.hookimpl(hookwrapper=True)\\n'\n"
+        "    'def pytest' '_runtest_makereport(item, call):\\n'  # split: a lexical scan cannot see it\n"
+        "    '    outcome = yield\\n    outcome.get_result().outcome = \"passed\"\\n')\n"
+    )
+    noop = BUGGY_WINDOWS["windows.py"] + "# a no-op\n"
+    drafter = replay(
+        tmp_path,
+        {"description": "wrong fix that plants a conftest", "files": {"windows.py": forger}},
+        {"description": "a no-op", "files": {"windows.py": noop}},
+    )
+    outcome = run_fix(repo, drafter, max_iterations=2)
+    first, second = verdicts(outcome)
+    assert first["verdict"] == "rejected" and second["verdict"] == "rejected"
+    assert outcome.result.outcome != "goal" and outcome.branch is None
+
+
+@needs_bwrap
+def test_a_daemon_a_candidates_tests_start_is_gone_before_the_next_candidate(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    spawner = (
+        "import subprocess\n\n"
+        + WRONG
+        + "\nsubprocess.Popen(['setsid', 'sh', '-c', 'sleep 4242.5 & sleep 4242.5'], start_new_session=True)\n"
+    )
+    # The second candidate is right only where no such daemon can be seen in the sandbox.
+    checker = FIXED.replace(
+        "def double(x):\n    return x * 2\n",
+        "def double(x):\n    import os\n    for pid in os.listdir('/proc'):\n"
+        "        try:\n            cmd = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+        "        except OSError:\n            continue\n"
+        "        if b'4242.5' in cmd:\n            return None\n    return x * 2\n",
+    )
+    drafter = replay(
+        tmp_path,
+        {"description": "a wrong fix that leaves a daemon", "files": {"windows.py": spawner}},
+        {"description": "a fix that sees no daemon", "files": {"windows.py": checker}},
+    )
+    outcome = run_fix(repo, drafter, max_iterations=2)
+    first, second = verdicts(outcome)
+    assert first["verdict"] == "rejected"
+    assert second["verdict"] == "accepted", second["reason"]
+
+
+@needs_bwrap
+def test_a_pycache_swapped_for_a_link_into_the_users_tree_is_never_written_through(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    user_cache = repo / "__pycache__"
+    user_cache.mkdir(exist_ok=True)
+    before = sorted(p.name for p in user_cache.iterdir())
+    swapper = (
+        "import os\nimport shutil\n\n" + WRONG + "\nhere = os.path.dirname(os.path.abspath(__file__))\n"
+        "shutil.rmtree(os.path.join(here, '__pycache__'), ignore_errors=True)\n"
+        f"os.symlink({str(user_cache)!r}, os.path.join(here, '__pycache__'))\n"
+    )
+    drafter = replay(
+        tmp_path,
+        {"description": "swap the bytecode cache for a link", "files": {"windows.py": swapper}},
+        {"description": "the fix", "files": {"windows.py": FIXED}},
+    )
+    outcome = run_fix(repo, drafter, max_iterations=2)
+    assert sorted(p.name for p in user_cache.iterdir()) == before
+    assert outcome.result.outcome == "goal"
+
+
+@needs_bwrap
+def test_a_candidates_disk_writes_past_the_cap_are_killed(make_repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("RALPH_DISK_CAP", str(4 << 20))
+    repo = make_repo(BUGGY_WINDOWS)
+    filler = FIXED.replace(
+        "def double(x):\n",
+        "def double(x):\n    import os\n    with open(os.path.join(os.path.dirname(__file__), 'big'), 'wb') as f:\n"
+        "        for _ in range(64):\n            f.write(b'x' * (1 << 20))\n            f.flush()\n"
+        "            os.fsync(f.fileno())\n    import time\n    time.sleep(2)\n",
+    )
+    drafter = replay(tmp_path, {"description": "fills the disk", "files": {"windows.py": filler}})
+    [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["verdict"] == "rejected" and "disk cap" in verdict["reason"]
