@@ -25,6 +25,11 @@ joined by a tiny ``sh`` before it execs bwrap (moving a process between cgroups 
 grace period: measured at ~10 ms a call). Without either (root, no writable pids cgroup) there is
 no process cap beyond the timeout; `BwrapSandbox.pids_cap` says which applies.
 
+Memory in total: where a memory cgroup can be made (cgroup v1 or a delegated v2), every command
+joins one capped at ``memory_total_bytes`` (all its processes together; the kernel's OOM killer
+ends one that goes past it); elsewhere only the per-process address-space limit applies
+(`BwrapSandbox.memory_cap` says which).
+
 Teardown: bwrap's first child is the PID namespace's init. When it dies the kernel kills every
 process in the namespace (``setsid`` does not escape it) and only then lets it exit, so `run` kills
 it through a pidfd and waits for that exit. ``--die-with-parent`` gives the same end, a moment
@@ -120,6 +125,7 @@ class BwrapSandbox:
         max_output: int = 1 << 20,
         workspace_writable: bool = True,
         disk_bytes: int | None = None,
+        memory_total_bytes: int = 8 << 30,
     ) -> None:
         self.workspace = Path(workspace).resolve()
         self.workspace_writable = workspace_writable
@@ -134,7 +140,10 @@ class BwrapSandbox:
         self.tmp_bytes = tmp_bytes
         self.max_output = max_output
         self.homes = _homes()
-        self._cgroup_parent = _pids_cgroup_parent() if os.geteuid() == 0 else None
+        self._cgroup_parent = _cgroup_parent("pids") if os.geteuid() == 0 else None
+        # The sandbox's memory in total (every process together), where a memory cgroup can be made.
+        self.memory_total_bytes = memory_total_bytes
+        self._memory_parent = _cgroup_parent("memory")
         self._cgroups: list[Path] = []  # made by `wrap` for callers we cannot clean up after
         if os.geteuid() != 0:
             self.pids_cap = f"RLIMIT_NPROC={max_pids} in the sandbox's user namespace"
@@ -142,6 +151,11 @@ class BwrapSandbox:
             self.pids_cap = f"pids.max={max_pids} in a cgroup under {self._cgroup_parent}"
         else:
             self.pids_cap = "none: running as root without a writable pids cgroup (timeout only)"
+        self.memory_cap = (
+            f"{memory_total_bytes} bytes in all, in a memory cgroup under {self._memory_parent}"
+            if self._memory_parent is not None
+            else f"{memory_bytes} bytes of address space per process (no writable memory cgroup)"
+        )
 
     def wrap(
         self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None = None
@@ -152,10 +166,9 @@ class BwrapSandbox:
         so whatever environment the caller spawns it with must not reach bwrap. Killing the spawned
         process kills everything in the sandbox; call `close` to remove the pids cgroups made here.
         """
-        cgroup = self._new_cgroup()
-        if cgroup is not None:
-            self._cgroups.append(cgroup)
-        return [_tool("env") or "/usr/bin/env", "-i", *self._command(argv, cwd=cwd, env=env, cgroup=cgroup)]
+        cgroups = self._new_cgroup()
+        self._cgroups += cgroups
+        return [_tool("env") or "/usr/bin/env", "-i", *self._command(argv, cwd=cwd, env=env, cgroups=cgroups)]
 
     def run(
         self,
@@ -171,13 +184,13 @@ class BwrapSandbox:
         A child killed by a signal shows as bwrap reports it: 128 + the signal number.
         """
         start = time.monotonic()
-        cgroup = self._new_cgroup()
+        cgroups = self._new_cgroup()
         info_read, info_write = os.pipe()
         try:
             # Output goes to an unlinked temp file: a child printing gigabytes costs us no memory,
             # and RLIMIT_FSIZE caps the file at `file_bytes` on disk.
             with tempfile.TemporaryFile() as out:
-                command = self._command(argv, cwd=cwd, env=env, cgroup=cgroup, info_fd=info_write)
+                command = self._command(argv, cwd=cwd, env=env, cgroups=cgroups, info_fd=info_write)
                 proc = subprocess.Popen(
                     command,
                     env={},  # bwrap's own environment is readable in the sandbox at /proc/1/environ
@@ -205,7 +218,7 @@ class BwrapSandbox:
             os.close(info_read)
             if info_write >= 0:
                 os.close(info_write)
-            if cgroup is not None:
+            for cgroup in cgroups:
                 _remove_cgroup(cgroup)
         error = "the command wrote more than the disk cap allows (killed)" if ended == "disk" else None
         return ProcessResult(returncode, output, time.monotonic() - start, timed_out, error=error)
@@ -222,7 +235,7 @@ class BwrapSandbox:
         *,
         cwd: str | Path,
         env: Mapping[str, str] | None,
-        cgroup: Path | None,
+        cgroups: Sequence[Path],
         info_fd: int | None = None,
     ) -> list[str]:
         bwrap, prlimit = _tool("bwrap"), _tool("prlimit")
@@ -266,9 +279,15 @@ class BwrapSandbox:
             "--core=0",
         ]
         command += ["--", prlimit, *limits, "--", *argv]
-        if cgroup is not None:
-            # Join the cgroup before bwrap forks anything: $0 is the cgroup's procs file.
-            command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *command]
+        if cgroups:
+            # Join the cgroups before bwrap forks anything: the procs files come first as arguments.
+            joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(cgroups)))
+            script = (
+                f'{joins} && shift {len(cgroups) - 1} && exec "$@"'
+                if len(cgroups) > 1
+                else f'{joins} && exec "$@"'
+            )
+            command = ["/bin/sh", "-c", script, *(str(c / "cgroup.procs") for c in cgroups), *command]
         return command
 
     def _exposed(
@@ -301,13 +320,24 @@ class BwrapSandbox:
         # The outermost of nested paths is enough.
         return [p for p in dict.fromkeys(found) if not any(p != q and p.is_relative_to(q) for q in found)]
 
-    def _new_cgroup(self) -> Path | None:
-        if self._cgroup_parent is None:
-            return None
-        cgroup = self._cgroup_parent / f"ralph-{os.getpid()}-{next(_COUNTER)}"
-        cgroup.mkdir()
-        (cgroup / "pids.max").write_text(str(self.max_pids))
-        return cgroup
+    def _new_cgroup(self) -> list[Path]:
+        """The cgroups a command joins (pids, memory; one directory where both share a hierarchy)."""
+        name = f"ralph-{os.getpid()}-{next(_COUNTER)}"
+        made: dict[Path, None] = {}
+        if self._cgroup_parent is not None:
+            cgroup = self._cgroup_parent / name
+            cgroup.mkdir()
+            (cgroup / "pids.max").write_text(str(self.max_pids))
+            made[cgroup] = None
+        if self._memory_parent is not None:
+            cgroup = self._memory_parent / name
+            cgroup.mkdir(exist_ok=True)
+            for limit in ("memory.max", "memory.limit_in_bytes"):  # cgroup v2, v1
+                if (cgroup / limit).exists():
+                    with contextlib.suppress(OSError):
+                        (cgroup / limit).write_text(str(self.memory_total_bytes))
+            made[cgroup] = None
+        return list(made)
 
 
 def _wait_watching_disk(proc: subprocess.Popen[bytes], timeout_s: float, where: Path, cap: int) -> str:
@@ -349,8 +379,8 @@ def _run_dirs() -> list[Path]:
 
 
 @functools.cache
-def _pids_cgroup_parent() -> Path | None:
-    """Our own cgroup in a hierarchy with the pids controller, if we can create children in it."""
+def _cgroup_parent(controller: str) -> Path | None:
+    """Our own cgroup in a hierarchy with `controller` (pids, memory), if we can create children in it."""
     try:
         mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
         membership = Path("/proc/self/cgroup").read_text().splitlines()
@@ -365,8 +395,8 @@ def _pids_cgroup_parent() -> Path | None:
         root, mountpoint = fields.split()[3:5]
         fstype, _, super_options = tail.split()[:3]
         mine: str | None
-        if fstype == "cgroup" and "pids" in super_options.split(","):
-            mine = next((p for c, p in ours.items() if "pids" in c.split(",")), None)
+        if fstype == "cgroup" and controller in super_options.split(","):
+            mine = next((p for c, p in ours.items() if controller in c.split(",")), None)
         elif fstype == "cgroup2":
             mine = ours.get("")
         else:
@@ -374,7 +404,7 @@ def _pids_cgroup_parent() -> Path | None:
         if mine is None or not mine.startswith(root):
             continue
         parent = Path(mountpoint) / mine[len(root) :].lstrip("/")
-        if fstype == "cgroup2" and not _v2_delegates_pids(parent):
+        if fstype == "cgroup2" and not _v2_delegates(parent, controller):
             continue
         probe = parent / f"ralph-probe-{os.getpid()}"
         try:
@@ -386,13 +416,13 @@ def _pids_cgroup_parent() -> Path | None:
     return None
 
 
-def _v2_delegates_pids(cgroup: Path) -> bool:
-    """Whether children of this cgroup v2 directory get the pids controller (enabling it if we may)."""
+def _v2_delegates(cgroup: Path, controller: str) -> bool:
+    """Whether children of this cgroup v2 directory get `controller` (enabling it if we may)."""
     control = cgroup / "cgroup.subtree_control"
     with contextlib.suppress(OSError):
-        if "pids" not in control.read_text().split():
-            control.write_text("+pids")  # refused (EBUSY) where processes live in `cgroup` itself
-        return "pids" in control.read_text().split()
+        if controller not in control.read_text().split():
+            control.write_text(f"+{controller}")  # refused (EBUSY) where processes live in `cgroup`
+        return controller in control.read_text().split()
     return False
 
 

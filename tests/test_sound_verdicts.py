@@ -402,3 +402,72 @@ def test_a_candidates_disk_writes_past_the_cap_are_killed(make_repo, tmp_path, m
     drafter = replay(tmp_path, {"description": "fills the disk", "files": {"windows.py": filler}})
     [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
     assert verdict["verdict"] == "rejected" and "disk cap" in verdict["reason"]
+
+
+@needs_bwrap
+def test_a_sandboxes_processes_share_one_memory_cap(tmp_path):
+    from sandboxes.bwrap import BwrapSandbox, _cgroup_parent
+
+    if _cgroup_parent("memory") is None:
+        pytest.skip("no writable memory cgroup here: memory is capped per process only")
+    box = BwrapSandbox(tmp_path, memory_total_bytes=300 << 20)
+    # Two processes of 200 MiB each: either alone fits, both together do not.
+    code = (
+        "import os, time\nos.fork()\nx = bytearray(200 << 20)\n"
+        "for i in range(0, len(x), 4096):\n    x[i] = 1\ntime.sleep(1)\nprint('survived', flush=True)\n"
+    )
+    result = box.run([sys.executable, "-c", code], cwd=str(tmp_path), timeout_s=60)
+    assert result.output.count("survived") < 2
+    assert "ok" in box.run([sys.executable, "-c", "print('ok')"], cwd=str(tmp_path), timeout_s=60).output
+
+
+def test_a_sitecustomize_in_the_project_never_runs_in_the_type_checker(tmp_path):
+    from validators.mypy import MypyValidator
+
+    marker = tmp_path / "ran"
+    project = tmp_path / "p"
+    write_files(
+        project,
+        {
+            "pyproject.toml": "[tool.mypy]\n",
+            "m.py": "x: int = 1\n",
+            "sitecustomize.py": f"open({str(marker)!r}, 'w').write('ran')\n",
+        },
+    )
+    mypy = MypyValidator(Toolchain(sys.executable, LocalSandbox(), project), tmp_path / "cache")
+    try:
+        assert mypy.check(Scope(timeout_s=120)).error is None
+    finally:
+        mypy.close()
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "content"),
+    [
+        ("ruff.toml", 'extend = "/root/secret"\n'),
+        ("sitecustomize.py", "import os\n"),
+        ("pkg/evil.pth", "import os\n"),
+        ("tox.ini", "[pytest]\naddopts = -p no:ralph_pytest_report\n"),
+    ],
+)
+def test_a_candidate_that_adds_a_verification_config_file_is_refused(make_repo, tmp_path, path, content):
+    repo = make_repo(BUGGY_WINDOWS)
+    drafter = replay(tmp_path, {"description": "config", "files": {"windows.py": FIXED, path: content}})
+    [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["failed_stage"] == "policy" and path in verdict["reason"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["fix", "--bogus"], ["fix", "--candidates", "many"], ["nosuchcommand"], ["report"]],
+)
+def test_every_usage_error_is_a_usage_message_and_exit_2(args):
+    proc = run_ralph(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Usage:" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_ralph_version_prints_the_version():
+    proc = run_ralph("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("ralph ")
