@@ -89,6 +89,7 @@ class Verifier:
         self.targets = targets
         self.protected = protected
         self.only = only  # when set, edits outside these files are refused
+        self.plugin_files = plugin_files(toolchain.project)  # type-checker plugins: never edited
         # The workspace is ours: the bytecode of a compiled candidate can serve the tests' imports.
         self.syntax = SyntaxValidator(toolchain, write_bytecode=toolchain.reads_our_bytecode)
         self.ruff = RuffValidator(toolchain)
@@ -237,7 +238,7 @@ class Verifier:
             return VerifyReport(
                 False, f"edits to tests are not allowed: {', '.join(protected)}", failed_stage="policy"
             )
-        if configs := config_edits(candidate.changes, plugin_files(self.toolchain.project)):
+        if configs := config_edits(candidate.changes, self.plugin_files):
             return VerifyReport(
                 False,
                 f"edits to how the project is checked are not allowed: {', '.join(configs)}",
@@ -301,6 +302,9 @@ class Verifier:
         """The staged checks a regressing candidate meets before the gate (what benchmarks measure):
         syntax, lint, types and the selected tests. Rejected = caught without the full suite."""
         start = time.perf_counter()
+        if refused := self.policy(candidate):
+            refused.duration_ms = (time.perf_counter() - start) * 1000
+            return refused
         run = _Stages(self, current)
         paths = tuple(candidate.paths)
         quick = self.quick_timeout_s
