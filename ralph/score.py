@@ -83,14 +83,38 @@ def _is_target(nodeid: str, targets: frozenset[str] | None) -> bool:
     return any(nodeid == t or nodeid.startswith((t + "::", t.rstrip("/") + "/")) for t in targets)
 
 
+def _unfixed(baseline: Observation, state: Observation) -> list[str]:
+    """Tests failing in `state`, and tests that failed at the baseline and now only skip or xfail
+    (code under test that skips its own test has fixed nothing)."""
+    failing = set(state.failing_tests())
+    dodged = {
+        t
+        for t, r in state.tests.items()
+        if r.outcome in _DODGES and (b := baseline.tests.get(t)) is not None and b.failing
+    }
+    return sorted(failing | dodged)
+
+
+_DODGES = frozenset({"skipped", "xfailed"})
+
+
 def score(baseline: Observation, state: Observation, targets: frozenset[str] | None = None) -> Score:
     """Score `state` against the goal: target tests pass, nothing regressed, no new diagnostics."""
-    failing = state.failing_tests()
+    failing = _unfixed(baseline, state)
     baseline_passing = baseline.passing_tests()
     new_diags = state.diagnostic_keys() - baseline.diagnostic_keys()
     return Score(
         failing_targets=tuple(t for t in failing if _is_target(t, targets)),
-        regressions=tuple(t for t in failing if not _is_target(t, targets) and t in baseline_passing),
+        regressions=tuple(
+            t
+            for t in sorted(
+                {
+                    *failing,
+                    *(t for t, r in state.tests.items() if r.outcome in _DODGES and t in baseline_passing),
+                }
+            )
+            if not _is_target(t, targets) and t in baseline_passing
+        ),
         new_diagnostics=tuple(
             sorted(f"{tool}:{path}: {code} {msg}" for tool, path, code, msg in new_diags.elements())
         ),
@@ -102,6 +126,11 @@ def score(baseline: Observation, state: Observation, targets: frozenset[str] | N
 def regressions(current: Observation, candidate: Observation) -> list[str]:
     """Everything `candidate` breaks that was fine in `current`: a test, a check, a new diagnostic."""
     broken = [f"test {t}" for t in sorted(current.passing_tests()) if _now_failing(candidate, t)]
+    broken += [
+        f"test {t} (now {candidate.tests[t].outcome})"
+        for t in sorted(current.passing_tests())
+        if t in candidate.tests and candidate.tests[t].outcome in _DODGES
+    ]
     broken += [f"test {t} (new, failing)" for t in candidate.failing_tests() if t not in current.tests]
     broken += [f"check {c}" for c, r in current.checks.items() if r.passed and not candidate.checks[c].passed]
     added = candidate.diagnostic_keys() - current.diagnostic_keys()

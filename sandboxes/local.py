@@ -6,6 +6,7 @@ import contextlib
 import os
 import resource
 import select
+import shutil
 import signal
 import stat
 import subprocess
@@ -169,11 +170,13 @@ def read_capped(out: IO[bytes], limit: int) -> str:
     )
 
 
-def read_regular(path: str | os.PathLike[str], limit: int = 256 << 20) -> bytes | None:
+def read_regular(
+    path: str | os.PathLike[str], limit: int = 256 << 20, *, dir_fd: int | None = None
+) -> bytes | None:
     """A file a sandboxed process wrote, read without following a link or blocking on a FIFO
     planted in its place; None unless it is a regular file under `limit` bytes."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
@@ -181,6 +184,37 @@ def read_regular(path: str | os.PathLike[str], limit: int = 256 << 20) -> bytes 
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
         return f.read(limit + 1)[:limit]
+
+
+class ScratchDir:
+    """A fresh directory for files a sandboxed process writes for us, held open from its creation:
+    its files are read through that descriptor, so a process that swaps the directory for a link
+    (the scratch area is writable in the sandbox) cannot point our reads elsewhere."""
+
+    def __init__(self, parent: str | os.PathLike[str] | None, prefix: str) -> None:
+        self.path = tempfile.mkdtemp(prefix=prefix, dir=parent)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def __enter__(self) -> ScratchDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+        with contextlib.suppress(OSError):
+            if os.path.islink(self.path):
+                os.unlink(self.path)
+            else:
+                shutil.rmtree(self.path, ignore_errors=True)
+
+    def exists(self, name: str) -> bool:
+        try:
+            os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
+    def read(self, name: str, limit: int = 256 << 20) -> bytes | None:
+        return read_regular(name, limit, dir_fd=self.fd)
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:

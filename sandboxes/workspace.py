@@ -159,7 +159,7 @@ class Workspace:
         self.project = (self.root / subdir).resolve() if subdir else self.root
         self.subdir = subdir
         self._mtimes: dict[str, int] = {}
-        self._state: dict[str, _Entry] | None = None
+        self._state: dict[tuple[str, ...], _Entry] | None = None
         self._pristine = self.root.with_name(self.root.name + ".accepted")
 
     def resolve(self, path: str) -> Path:
@@ -227,47 +227,49 @@ class Workspace:
             ns = second * 1_000_000_000
             os.utime(parts[-1], ns=(ns, ns), dir_fd=dir_fd, follow_symlinks=False)
 
-    # The accepted state, and putting it back.
+    # The accepted state, and putting it back. Entries are keyed by their raw path components
+    # (names are never re-parsed: a `.git` or a backslash in a name stays what it is).
 
     def capture(self) -> None:
-        """Record what is in the workspace now as the accepted state, with a host-only copy."""
+        """Record what is in the workspace now as the accepted state, with a host-only copy
+        (sockets and FIFOs the baseline's tests left are not part of a state)."""
         shutil.rmtree(self._pristine, ignore_errors=True)
-        shutil.copytree(self.root, self._pristine, symlinks=True)
-        self._state = dict(self._scan())
+        shutil.copytree(self.root, self._pristine, symlinks=True, ignore=_special_files)
+        self._state = dict(self._scan(()))
 
     def accept(self, changes: Sequence[FileChange]) -> None:
         """The accepted state plus these changes is the new state; anything else the candidate's
         processes wrote is then removed by `restore`, and each changed file is rewritten from the
-        host-only copy (its mtime kept), whatever a test did to it."""
+        host-only copy (its mode and mtime kept), whatever a test did to it."""
         if self._state is None:  # nothing captured: the workspace as it is is the state
             return
         for change in changes:
             rel = self._rel(change.path)
             parts = safe_parts(rel)
             if change.after is None:
-                self._state.pop(rel, None)
+                self._state.pop(parts, None)
                 with contextlib.suppress(OSError, UnsafePath), open_dir(self._pristine, parts[:-1]) as fd:
                     os.unlink(parts[-1], dir_fd=fd)
                 continue
-            written = write_beneath(self._pristine, rel, change.after.encode("utf-8"))
+            previous = self._pristine.joinpath(*parts)
+            mode = stat.S_IMODE(previous.lstat().st_mode) if previous.is_file() else None
+            written = write_beneath(self._pristine, rel, change.after.encode("utf-8"), mode=mode)
             ns = self._mtimes.get(rel, int(written.st_mtime)) * 1_000_000_000
-            os.utime(self._pristine.joinpath(*parts), ns=(ns, ns))
-            self._state[rel] = _Entry("file", (-1,))  # never matches: rewritten from the copy
+            os.utime(previous, ns=(ns, ns))
+            self._state[parts] = _Entry("file", (-1,))  # never matches: rewritten from the copy
             for i in range(1, len(parts)):
-                self._state.setdefault("/".join(parts[:i]), _Entry("dir", ()))
+                self._state.setdefault(parts[:i], _Entry("dir", (0o755,)))
         self.restore()
 
     def restore(self, changes: Sequence[FileChange] = ()) -> int:
         """Put the accepted state back exactly (then apply `changes`); returns how many entries it
         had to remove or rewrite. Call only when nothing of the sandbox is running."""
+        fixed = 0
         if self._state is not None:
-            children: dict[str, dict[str, _Entry]] = {"": {}}
-            for path, entry in self._state.items():
-                parent, _, name = path.rpartition("/")
-                children.setdefault(parent, {})[name] = entry
-            fixed = self._restore_dir("", children)
-        else:
-            fixed = 0
+            children: dict[tuple[str, ...], dict[str, _Entry]] = {(): {}}
+            for parts, entry in self._state.items():
+                children.setdefault(parts[:-1], {})[parts[-1]] = entry
+            fixed = self._restore_dir((), children)
         if changes:
             self.apply(changes)
         return fixed
@@ -279,13 +281,13 @@ class Workspace:
         else:
             self.restore()
 
-    def _scan(self, rel: str = "") -> Iterator[tuple[str, _Entry]]:
-        with open_dir(self.root, safe_parts(rel) if rel else ()) as fd, os.scandir(fd) as entries:
+    def _scan(self, parts: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], _Entry]]:
+        with open_dir(self.root, parts) as fd, os.scandir(fd) as entries:
             for entry in entries:
                 info = entry.stat(follow_symlinks=False)
-                path = f"{rel}/{entry.name}" if rel else entry.name
+                path = (*parts, entry.name)
                 if stat.S_ISDIR(info.st_mode):
-                    yield path, _Entry("dir", ())
+                    yield path, _Entry("dir", (stat.S_IMODE(info.st_mode),))
                     yield from self._scan(path)
                 elif stat.S_ISLNK(info.st_mode):
                     yield path, _Entry("link", (), os.readlink(entry.name, dir_fd=fd))
@@ -293,21 +295,26 @@ class Workspace:
                     yield path, _Entry("file", _key(info))
                 # sockets, FIFOs, devices: never part of a state
 
-    def _restore_dir(self, rel: str, children: dict[str, dict[str, _Entry]]) -> int:
+    def _restore_dir(self, parts: tuple[str, ...], children: dict[tuple[str, ...], dict[str, _Entry]]) -> int:
         fixed = 0
-        wanted = children.get(rel, {})
-        with open_dir(self.root, safe_parts(rel) if rel else (), create=True) as fd:
+        wanted = children.get(parts, {})
+        with open_dir(self.root, parts, create=True) as fd:
             with os.scandir(fd) as it:
                 present = {e.name: e.stat(follow_symlinks=False) for e in it}
             for name, info in present.items():
                 entry = wanted.get(name)
+                if entry is not None and entry.kind == "dir" and stat.S_ISDIR(info.st_mode):
+                    if stat.S_IMODE(info.st_mode) != entry.key[0]:  # a test's chmod: put it back
+                        os.chmod(name, entry.key[0], dir_fd=fd)  # a directory: no link to follow
+                        fixed += 1
+                    continue
                 if entry is None or not _matches(entry, info, name, fd):
-                    _remove_entry(name, fd)
+                    _force_remove(name, fd)
                     fixed += 1
                     if entry is not None:
-                        self._put(f"{rel}/{name}" if rel else name, entry, fd, name)
+                        self._put((*parts, name), entry, fd, name)
             for name, entry in wanted.items():
-                path = f"{rel}/{name}" if rel else name
+                path = (*parts, name)
                 if name not in present:
                     fixed += 1
                     self._put(path, entry, fd, name)
@@ -315,20 +322,20 @@ class Workspace:
                     fixed += self._restore_dir(path, children)
         return fixed
 
-    def _put(self, path: str, entry: _Entry, dir_fd: int, name: str) -> None:
+    def _put(self, path: tuple[str, ...], entry: _Entry, dir_fd: int, name: str) -> None:
         if entry.kind == "dir":
-            os.mkdir(name, 0o755, dir_fd=dir_fd)
+            os.mkdir(name, entry.key[0], dir_fd=dir_fd)
+            os.chmod(name, entry.key[0], dir_fd=dir_fd)  # (mkdir's mode is masked by the umask)
         elif entry.kind == "link":
             os.symlink(entry.link, name, dir_fd=dir_fd)
         else:
             self._rewrite(path, dir_fd, name)
 
-    def _rewrite(self, path: str, dir_fd: int, name: str) -> None:
-        source = self._pristine / path
+    def _rewrite(self, path: tuple[str, ...], dir_fd: int, name: str) -> None:
+        source = self._pristine.joinpath(*path)
         info = source.lstat()
-        fd = os.open(
-            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
-        )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
         with os.fdopen(fd, "wb") as out, source.open("rb") as src:
             shutil.copyfileobj(src, out)
             out.flush()
@@ -340,6 +347,45 @@ class Workspace:
     def close(self) -> None:
         """Remove the host-only copy of the accepted state."""
         shutil.rmtree(self._pristine, ignore_errors=True)
+
+
+def empty_dir(path: Path) -> None:
+    """Remove everything inside `path` (a scratch area the sandbox can write), following no link."""
+    with contextlib.suppress(OSError), open_dir(path, ()) as fd:
+        for name in os.listdir(fd):
+            with contextlib.suppress(OSError):
+                _force_remove(name, fd)
+
+
+def _special_files(directory: str, names: list[str]) -> list[str]:
+    """For `copytree`: the entries that are neither files, directories nor links."""
+    skipped = []
+    for name in names:
+        mode = os.lstat(os.path.join(directory, name)).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            skipped.append(name)
+    return skipped
+
+
+def _force_remove(name: str, dir_fd: int) -> None:
+    """Remove a file, link or whole directory tree in `dir_fd`, following no link, even where a test
+    took the permissions away (directories are made accessible before they are emptied)."""
+    try:
+        _remove_entry(name, dir_fd)
+        return
+    except PermissionError:
+        pass
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(info.st_mode):
+        raise PermissionError(f"cannot remove {name}")
+    os.chmod(name, 0o700, dir_fd=dir_fd)  # a directory (lstat), and nothing of the sandbox runs now
+    child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        for entry in os.listdir(child):
+            _force_remove(entry, child)
+    finally:
+        os.close(child)
+    os.rmdir(name, dir_fd=dir_fd)
 
 
 def _matches(entry: _Entry, info: os.stat_result, name: str, dir_fd: int) -> bool:

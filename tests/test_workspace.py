@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 
@@ -58,3 +59,58 @@ def test_writes_through_a_symlinked_directory_are_refused(tmp_path):
     with pytest.raises(UnsafePath):
         Workspace(project).apply([FileChange("link/evil.py", None, "x")])
     assert not (outside / "evil.py").exists()
+
+
+def _captured(tmp_path):
+    from tests.conftest import write_files
+
+    root = tmp_path / "ws"
+    write_files(root, {"pkg/mod.py": "x = 1\n", "vendor/.git/HEAD": "ref\n", "run.sh": "#!/bin/sh\n"})
+    (root / "run.sh").chmod(0o755)
+    ws = Workspace(root)
+    ws.capture()
+    return root, ws
+
+
+def test_restore_puts_back_exactly_what_a_candidates_tests_changed(tmp_path):
+    root, ws = _captured(tmp_path)
+    (root / "pkg" / "mod.py").write_text("x = 2\n")  # same size, rewritten in place
+    (root / "pkg" / "conftest.py").write_text("forged = True\n")
+    (root / "vendor" / ".git" / "HEAD").unlink()
+    os.mkfifo(root / "pkg" / "pipe")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "pkg" / "__pycache__").symlink_to(outside)
+    assert ws.restore() >= 5
+    assert (root / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert sorted(p.name for p in (root / "pkg").iterdir()) == ["mod.py"]
+    assert (root / "vendor" / ".git" / "HEAD").read_text() == "ref\n"  # an odd name stays a name
+    assert list(outside.iterdir()) == []
+    assert ws.restore() == 0  # and now it is exact
+
+
+def test_restore_repairs_a_directory_a_test_locked_and_one_swapped_for_a_link(tmp_path):
+    root, ws = _captured(tmp_path)
+    (root / "vendor").chmod(0)
+    os.rename(root / "pkg", tmp_path / "moved")
+    (root / "pkg").symlink_to(tmp_path / "moved")
+    ws.restore()
+    assert not (root / "pkg").is_symlink() and (root / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert stat.S_IMODE((root / "vendor").stat().st_mode) == 0o755 or os.geteuid() != 0
+    assert (root / "vendor" / ".git" / "HEAD").exists()
+
+
+def test_an_accepted_edit_keeps_the_files_mode_and_everything_else_is_undone(tmp_path):
+    from ralph.candidate import FileChange
+
+    root, ws = _captured(tmp_path)
+    change = FileChange("run.sh", "#!/bin/sh\n", "#!/bin/sh\necho hi\n")
+    ws.apply([change])
+    (root / "junk.txt").write_text("left by a test\n")
+    ws.accept([change])
+    assert (root / "run.sh").read_text().endswith("echo hi\n")
+    assert os.access(root / "run.sh", os.X_OK)
+    assert not (root / "junk.txt").exists()
+    (root / "run.sh").write_text("tampered\n")
+    ws.restore()
+    assert (root / "run.sh").read_text().endswith("echo hi\n")

@@ -21,10 +21,10 @@ from ralph.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected
 from ralph.errors import RalphError
 from ralph.protocols import Scope
 from ralph.score import Observation, Score, regressions, score
-from sandboxes.workspace import read_text_beneath
+from sandboxes.workspace import empty_dir, read_text_beneath
 from validators.command import CommandValidator
 from validators.mypy import MypyValidator, plugin_files
-from validators.policy import config_edits, harness_reach
+from validators.policy import config_edits, harness_reach, shadowing
 from validators.pytest_run import PytestValidator
 from validators.report import StageResult, TestResult
 from validators.ruff import RuffValidator
@@ -222,7 +222,11 @@ class Verifier:
         puts the workspace back to exactly the accepted state plus the given changes (whatever the
         candidate's tests wrote is gone): it is called before the gate."""
         start = time.perf_counter()
-        report = self._verify(candidate, current, reset)
+        try:
+            report = self._verify(candidate, current, reset)
+        finally:
+            if self.toolchain.scratch is not None:  # whatever the candidate's processes left there
+                empty_dir(self.toolchain.scratch)
         report.duration_ms = (time.perf_counter() - start) * 1000
         if report.accepted:
             self.coverage = remap_coverage(self.coverage, report.changes or candidate.changes)
@@ -249,6 +253,12 @@ class Verifier:
             return VerifyReport(
                 False, f"only {', '.join(self.only or ())} may be edited", failed_stage="policy"
             )
+        if shadows := shadowing(candidate.changes):
+            return VerifyReport(
+                False,
+                f"new modules named like the standard library or the test harness are not allowed: {', '.join(shadows)}",
+                failed_stage="policy",
+            )
         if reach := harness_reach(candidate.changes):
             more = f" (+{len(reach) - 3} more)" if len(reach) > 3 else ""
             return VerifyReport(
@@ -262,6 +272,7 @@ class Verifier:
     def _verify(self, candidate: Candidate, current: Observation, reset: Reset | None) -> VerifyReport:
         if refused := self.policy(candidate):
             return refused
+        self._graph()  # read the sources now, before any of the candidate's code has run
         paths = tuple(candidate.paths)
         run = _Stages(self, current)
         before = self.score(current).remaining
@@ -293,6 +304,12 @@ class Verifier:
             return broken
         if reset is not None:
             reset(candidate.changes)
+            # The type checker read the files while the candidate's tests ran beside it (and could
+            # rewrite them): its verdict that counts is on the restored state.
+            if self.mypy is not None:
+                checker, limit = self.mypy, self.types_timeout_s
+                if broken := run.stage(lambda: checker.check(Scope(paths=paths, timeout_s=limit))):
+                    return broken
         report = self._gate(run, before)
         if report.accepted and run.amended:
             report.changes = candidate.changes
@@ -413,10 +430,15 @@ class Verifier:
     def _gate(self, run: _Stages, before: int) -> VerifyReport:
         timeout = max(30.0, 3 * self.suite_s + 30)
         suite = self.gate.check(Scope(timeout_s=timeout))
+        if suite.error is not None:
+            run.stages.append(suite)
+            return run.report(False, f"gate: no verdict: {suite.error}", failed_stage="gate")
         reported = {t.nodeid for t in suite.tests}
+        # Any test of the state that the full suite no longer reports, failing ones included (a
+        # failing target that vanished is not fixed).
         suite.tests += [
             TestResult(t, "error", message="disappeared from the suite")
-            for t in sorted(run.current.passing_tests() - reported)
+            for t in sorted(set(run.current.tests) - reported)
         ]
         run.stages.append(suite)
         merged = run.merged
@@ -491,7 +513,18 @@ class _Stages:
 Reset = Callable[[Sequence[FileChange]], object]
 _FAILED_FIRST = 20
 _PROBE_S = 0.05
-_CONFIG_FILES = frozenset({"pyproject.toml", "setup.cfg", "pytest.ini", "tox.ini", "conftest.py"})
+_CONFIG_FILES = frozenset(
+    {
+        "pyproject.toml",
+        "setup.cfg",
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "conftest.py",
+    }
+)
 
 
 def _is_under(nodeid: str, target: str) -> bool:

@@ -9,6 +9,7 @@ so is one whose added lines reach into the test harness (pytest's internals, our
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ CONFIG_FILES = frozenset(
         ".mypy.ini",
         "pytest.ini",
         ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
         "tox.ini",
         "setup.cfg",
         "ralph.toml",
@@ -40,6 +43,9 @@ _HARNESS = re.compile(
     r"\b_pytest\b|\bralph_\w+|\bRALPH_\w+|\bsys\.modules\b|\bos\._exit\b|\bdef\s+pytest_\w+"
     r"|\bpluginmanager\b|\b__builtins__\b|\bimport\s+builtins\b|\bfrom\s+builtins\b"
     r"|\bsys\.set(?:trace|profile)\b|\bPYTEST_\w+|\bpytest_plugins\b"
+    # Skipping or ending a test from the code under test, and comments that silence a checker.
+    r"|\bpytest\.(?:skip|xfail|exit|importorskip)\b|\bSkipTest\b"
+    r"|#\s*(?:noqa|type:\s*ignore|mypy:|ruff:|pragma:\s*no\s*cover)"
 )
 
 
@@ -63,6 +69,45 @@ def _tool_tables(text: str | None) -> object:
         return tomllib.loads(text).get("tool")
     except tomllib.TOMLDecodeError:
         return "<does not parse>"
+
+
+# Modules the test harness itself imports (and the standard library): a new top-level file of one of
+# these names would run in its place, and could write a consistent, forged report.
+_HARNESS_MODULES = frozenset(sys.stdlib_module_names) | {
+    "pytest",
+    "_pytest",
+    "pluggy",
+    "py",
+    "iniconfig",
+    "packaging",
+    "coverage",
+    "mypy",
+    "mypy_extensions",
+    "typing_extensions",
+    "setuptools",
+    "_distutils_hack",
+    "pip",
+    "ralph_pytest_report",
+    "ralph_worker",
+    "ralph_types",
+}
+
+
+def shadowing(changes: Sequence[FileChange]) -> list[str]:
+    """New top-level modules (at the project's root or under `src/`) named like a module of the
+    standard library or the test harness."""
+    found = []
+    for change in changes:
+        if change.before is not None or change.after is None:
+            continue
+        parts = PurePosixPath(change.path).parts
+        if len(parts) > 1 and parts[0] == "src":
+            parts = parts[1:]
+        top = parts[0]
+        name = top[: -len(PurePosixPath(top).suffix)] if len(parts) == 1 else top
+        if (len(parts) > 1 or top.endswith((".py", ".pyi", ".so"))) and name in _HARNESS_MODULES:
+            found.append(change.path)
+    return found
 
 
 def harness_reach(changes: Sequence[FileChange]) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from ralph.errors import RalphError
 from ralph.protocols import Scope
-from sandboxes.local import ProcessResult, read_regular
+from sandboxes.local import ProcessResult, ScratchDir
 from validators.report import StageResult, TestResult
 from validators.selection import CoverageMap
 from validators.toolchain import Toolchain, project_relative
@@ -52,9 +51,9 @@ class PytestValidator:
         `failed_first`, then those named after one of the `words`, run before the others."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
-        with tempfile.TemporaryDirectory(prefix="ralph-pytest-", dir=self.toolchain.scratch) as tmp:
-            report_path = Path(tmp) / "report.jsonl"
-            coverage_path = Path(tmp) / "coverage.json"
+        with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
+            report_path = Path(tmp.path) / "report.jsonl"
+            coverage_path = Path(tmp.path) / "coverage.json"
             env = {
                 "RALPH_REPORT": str(report_path),
                 "RALPH_COVERAGE_ROOT": str(project) + "/",
@@ -86,11 +85,11 @@ class PytestValidator:
             else:
                 argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
                 run = self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
-            tests, end, unreadable = _read_report(report_path, project)
+            tests, end, unreadable, failing_records = _read_report(tmp, project)
             if coverage:
-                self.last_coverage = _read_coverage(coverage_path, project)
+                self.last_coverage = _read_coverage(tmp.read("coverage.json"), project)
         elapsed = (time.perf_counter() - start) * 1000
-        error = _no_verdict(run, end, unreadable, tests, scope, exitfirst)
+        error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst)
         reported = {t.nodeid for t in tests}
         stopped_early = exitfirst and any(t.failing for t in tests)
         for nodeid in () if stopped_early else scope.tests or ():
@@ -125,6 +124,7 @@ def _no_verdict(
     end: dict[str, Any] | None,
     unreadable: bool,
     tests: list[TestResult],
+    failing_records: int,
     scope: Scope,
     exitfirst: bool,
 ) -> str | None:
@@ -148,25 +148,30 @@ def _no_verdict(
     if end.get("exitstatus") != run.returncode:
         return f"pytest's exit status {run.returncode} disagrees with its report ({end.get('exitstatus')})"
     failing = any(t.failing for t in tests)
-    if failing != (run.returncode == 1):
-        return f"pytest exited {run.returncode} but its report has {'failures' if failing else 'none'}"
+    if failing and run.returncode == 0:
+        return "pytest exited 0 but its report has failures"
+    if end.get("failed_seen") != failing_records:
+        return f"the report's failures ({failing_records}) disagree with pytest's ({end.get('failed_seen')})"
     items = {t.nodeid for t in tests if "::" in t.nodeid}
     collected = int(end.get("collected") or 0)
-    if not (exitfirst and failing) and not end.get("shouldstop") and len(items) < collected:
+    stopped = end.get("shouldstop") or end.get("shouldfail")
+    if not (exitfirst and failing) and not stopped and len(items) < collected:
         return f"pytest collected {collected} tests but reported {len(items)}"
     return None
 
 
-def _read_report(path: Path, project: Path) -> tuple[list[TestResult], dict[str, Any] | None, bool]:
-    """The outcomes, the closing record (None when missing), and whether the report was unreadable."""
-    if not path.exists() and not path.is_symlink():
-        return [], None, False
-    data = read_regular(path)
+def _read_report(tmp: ScratchDir, project: Path) -> tuple[list[TestResult], dict[str, Any] | None, bool, int]:
+    """The outcomes, the closing record (None when missing), whether the report was unreadable, and
+    how many of its records were failures."""
+    if not tmp.exists("report.jsonl"):
+        return [], None, False, 0
+    data = tmp.read("report.jsonl")
     if data is None:  # a FIFO, a link or something huge where the report should be
-        return [], None, True
+        return [], None, True, 0
     results: dict[str, TestResult] = {}
     end: dict[str, Any] | None = None
     unreadable = False
+    failing_records = 0
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             r = json.loads(line)
@@ -188,6 +193,7 @@ def _read_report(path: Path, project: Path) -> tuple[list[TestResult], dict[str,
         except (ValueError, KeyError, TypeError, AttributeError, IndexError):
             unreadable = True  # a test that killed the interpreter mid-write, or a forged line
             continue
+        failing_records += result.failing
         previous = results.get(result.nodeid)
         # Setup/teardown errors outrank a passing call phase.
         if (
@@ -196,11 +202,10 @@ def _read_report(path: Path, project: Path) -> tuple[list[TestResult], dict[str,
             or (previous.outcome == "passed" and result.outcome != "passed")
         ):
             results[result.nodeid] = result
-    return list(results.values()), end, unreadable
+    return list(results.values()), end, unreadable, failing_records
 
 
-def _read_coverage(path: Path, project: Path) -> CoverageMap:
-    data = read_regular(path)
+def _read_coverage(data: bytes | None, project: Path) -> CoverageMap:
     try:
         raw = json.loads(data or b"{}")
     except ValueError:

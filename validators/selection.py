@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ralph.candidate import FileChange
+from sandboxes.workspace import read_beneath
 
 CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
 COLLECTION = "<collection>"
@@ -73,10 +74,11 @@ def project_sources(root: Path, skip: Iterable[str] = (), limit: int | None = No
         rel = file.relative_to(root)
         if any(part.startswith(".") or part in excluded for part in rel.parts):
             continue
-        try:
-            sources[rel.as_posix()] = file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        # Through no link and never blocking on a FIFO named like a module (a test may have left one).
+        data = read_beneath(root, rel.as_posix())
+        if data is None:
             continue
+        sources[rel.as_posix()] = data.decode("utf-8", errors="replace")
         if limit is not None and len(sources) >= limit:
             break
     return sources

@@ -12,13 +12,12 @@ import json
 import os
 import stat
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from sandboxes.local import ProcessResult, child_env, kill_group, read_capped, read_line
+from sandboxes.local import ProcessResult, ScratchDir, child_env, kill_group, read_capped, read_line
 from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -85,8 +84,8 @@ class WarmRunner:
         proc = self._proc
         assert proc.stdin is not None
         self._next_id += 1
-        with tempfile.TemporaryDirectory(prefix="ralph-warm-", dir=self.toolchain.scratch) as tmp:
-            output = Path(tmp) / "output"
+        with ScratchDir(self.toolchain.scratch, "ralph-warm-") as tmp:
+            output = Path(tmp.path) / "output"
             request = {
                 "id": self._next_id,
                 "args": list(args),
@@ -130,7 +129,7 @@ class WarmRunner:
                 )
             self.readied += bool(reply.get("readied"))
             text = ""
-            fd = _open_output(output)
+            fd = _open_output(tmp.fd)
             if fd is not None:
                 with fd as f:
                     text = read_capped(f, 1 << 20)  # a test printing gigabytes costs a megabyte
@@ -145,10 +144,10 @@ class WarmRunner:
             self._proc = None
 
 
-def _open_output(path: Path) -> IO[bytes] | None:
+def _open_output(dir_fd: int) -> IO[bytes] | None:
     """The run's output file, unless a test put something other than a regular file there."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open("output", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     f = os.fdopen(fd, "rb")
@@ -159,7 +158,16 @@ def _open_output(path: Path) -> IO[bytes] | None:
 
 
 _PYTEST_SETTINGS = frozenset(
-    {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"}
+    {
+        "conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+    }
 )
 
 

@@ -26,6 +26,7 @@ _report_file = None
 _lines_by_test: dict[str, dict[str, set[int]]] = {}
 _SETTINGS = ("RALPH_REPORT", "RALPH_COVERAGE", "RALPH_COVERAGE_ROOT", "RALPH_TEST_TIMEOUT", "RALPH_FIRST")
 _settings: dict[str, str] = {}
+_failed_seen = 0  # failing reports pytest gave us, counted apart from what `_write` records
 
 
 def arm() -> None:
@@ -43,6 +44,11 @@ def arm() -> None:
 
 def _setting(name: str) -> str:
     return _settings.get(name, "")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    arm()  # before any conftest (and what it imports of the project) loads
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -104,8 +110,10 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report) -> None:
+    global _failed_seen
     if _report_file is None:
         return
+    _failed_seen += bool(report.failed)
     if report.when == "call" or (report.when != "call" and (report.failed or report.skipped)):
         if report.when == "call":
             if hasattr(report, "wasxfail"):
@@ -127,7 +135,9 @@ def pytest_runtest_logreport(report) -> None:
 
 
 def pytest_collectreport(report) -> None:
+    global _failed_seen
     if _report_file is not None and report.failed:
+        _failed_seen += 1
         _write(
             {
                 "nodeid": report.nodeid,
@@ -262,6 +272,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "exitstatus": int(exitstatus),
                 "collected": int(getattr(session, "testscollected", 0)),
                 "shouldstop": bool(getattr(session, "shouldstop", False)),
+                "shouldfail": bool(getattr(session, "shouldfail", False)),
+                "failed_seen": _failed_seen,
             }
         )
         _report_file.close()
