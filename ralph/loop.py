@@ -225,6 +225,7 @@ class Loop:
                 self.workspace.accept(report.changes or candidate.changes)
             else:
                 self.workspace.rollback(candidate.changes)
+            self.verifier.restored(self.workspace.take_foreign())
         return report
 
 

@@ -160,6 +160,10 @@ class Workspace:
         self.subdir = subdir
         self._mtimes: dict[str, int] = {}
         self._state: dict[tuple[str, ...], _Entry] | None = None
+        # Whether a restore had to put back something other than the edit's own files (and bytecode):
+        # then a process may have read what a candidate's tests wrote (see `take_foreign`).
+        self._foreign = False
+        self._own: set[tuple[str, ...]] = set()
         self._pristine = self.root.with_name(self.root.name + ".accepted")
 
     def resolve(self, path: str) -> Path:
@@ -246,6 +250,7 @@ class Workspace:
         for change in changes:
             rel = self._rel(change.path)
             parts = safe_parts(rel)
+            self._own.add(parts)
             if change.after is None:
                 self._state.pop(parts, None)
                 with contextlib.suppress(OSError, UnsafePath), open_dir(self._pristine, parts[:-1]) as fd:
@@ -266,6 +271,7 @@ class Workspace:
         had to remove or rewrite. Call only when nothing of the sandbox is running."""
         fixed = 0
         if self._state is not None:
+            self._own |= {safe_parts(self._rel(c.path)) for c in changes}
             children: dict[tuple[str, ...], dict[str, _Entry]] = {(): {}}
             for parts, entry in self._state.items():
                 children.setdefault(parts[:-1], {})[parts[-1]] = entry
@@ -278,8 +284,19 @@ class Workspace:
         """Undo a rejected edit: the accepted state exactly when captured, else the edit's `before`."""
         if self._state is None:
             self.revert(changes)
-        else:
-            self.restore()
+            return
+        self._own |= {safe_parts(self._rel(c.path)) for c in changes}
+        self.restore()
+
+    def take_foreign(self) -> bool:
+        """Whether restores since the last call put back anything but the edits' own files and
+        bytecode (what a candidate's tests wrote elsewhere); resets the flag."""
+        foreign, self._foreign, self._own = self._foreign, False, set()
+        return foreign
+
+    def _fixing(self, path: tuple[str, ...]) -> None:
+        if path not in self._own and "__pycache__" not in path:
+            self._foreign = True
 
     def _scan(self, parts: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], _Entry]]:
         with open_dir(self.root, parts) as fd, os.scandir(fd) as entries:
@@ -307,16 +324,19 @@ class Workspace:
                     if stat.S_IMODE(info.st_mode) != entry.key[0]:  # a test's chmod: put it back
                         os.chmod(name, entry.key[0], dir_fd=fd)  # a directory: no link to follow
                         fixed += 1
+                        self._fixing((*parts, name))
                     continue
                 if entry is None or not _matches(entry, info, name, fd):
                     _force_remove(name, fd)
                     fixed += 1
+                    self._fixing((*parts, name))
                     if entry is not None:
                         self._put((*parts, name), entry, fd, name)
             for name, entry in wanted.items():
                 path = (*parts, name)
                 if name not in present:
                     fixed += 1
+                    self._fixing(path)
                     self._put(path, entry, fd, name)
                 if entry.kind == "dir":
                     fixed += self._restore_dir(path, children)

@@ -87,3 +87,14 @@ def test_overlay_replaces_only_the_scope_a_stage_rechecked():
     assert ("ruff", "a.py") not in merged.diagnostics
     assert ("ruff", "b.py") in merged.diagnostics
     assert merged.tests["t::a"].failing and not merged.tests["t::b"].failing
+
+
+def test_a_failing_target_that_now_skips_is_not_fixed_and_a_pass_that_skips_regresses():
+    from ralph.score import Observation, regressions, score
+    from validators.report import TestResult
+
+    baseline = Observation({"t::fix": TestResult("t::fix", "failed"), "t::ok": TestResult("t::ok", "passed")})
+    dodged = Observation({"t::fix": TestResult("t::fix", "skipped"), "t::ok": TestResult("t::ok", "xfailed")})
+    assert score(baseline, dodged, frozenset({"t::fix"})).failing_targets == ("t::fix",)
+    assert score(baseline, dodged, frozenset({"t::fix"})).regressions == ("t::ok",)
+    assert regressions(baseline, dodged) == ["test t::ok (now xfailed)"]

@@ -449,6 +449,10 @@ def test_a_sitecustomize_in_the_project_never_runs_in_the_type_checker(tmp_path)
         ("sitecustomize.py", "import os\n"),
         ("pkg/evil.pth", "import os\n"),
         ("tox.ini", "[pytest]\naddopts = -p no:ralph_pytest_report\n"),
+        ("pytest.toml", "[pytest]\n"),
+        ("json.py", "loads = None\n"),
+        ("src/pytest.py", "main = None\n"),
+        ("_pytest/__init__.py", "\n"),
     ],
 )
 def test_a_candidate_that_adds_a_verification_config_file_is_refused(make_repo, tmp_path, path, content):
@@ -471,3 +475,39 @@ def test_every_usage_error_is_a_usage_message_and_exit_2(args):
 def test_ralph_version_prints_the_version():
     proc = run_ralph("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("ralph ")
+
+
+def test_a_candidate_that_silences_a_checker_is_refused(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    quiet = "import os  # noqa: F401\n" + FIXED
+    drafter = replay(tmp_path, {"description": "noqa", "files": {"windows.py": quiet}})
+    [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["failed_stage"] == "policy" and "noqa" in verdict["reason"]
+
+
+@needs_bwrap
+def test_a_candidate_that_crashes_only_the_gates_fresh_process_is_rejected(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    # Fixed in the warm runner's forks; the gate's `python -m pytest` process kills itself instead.
+    two_faced = "import os\nimport signal\nimport sys\n\n" + FIXED.replace(
+        "def sliding_sums(xs, k):\n",
+        "def sliding_sums(xs, k):\n    if sys.argv[0].endswith('__main__.py'):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n",
+    )
+    drafter = replay(tmp_path, {"description": "two-faced", "files": {"windows.py": two_faced}})
+    outcome = run_fix(repo, drafter, max_iterations=1)
+    [verdict] = verdicts(outcome)
+    assert verdict["verdict"] == "rejected" and verdict["failed_stage"] == "gate"
+    assert "no verdict" in verdict["reason"] and outcome.branch is None
+
+
+def test_a_project_that_stops_at_its_first_failure_can_still_be_verified(tmp_path):
+    write_files(
+        tmp_path,
+        {
+            "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-x"\n',
+            "tests/test_a.py": "def test_one():\n    assert False\n\n\ndef test_two():\n    assert False\n",
+        },
+    )
+    result = _pytest_stage(tmp_path)
+    assert result.error is None and [t.outcome for t in result.tests] == ["failed"]

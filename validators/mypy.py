@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import posixpath
 import re
 import subprocess
 import time
@@ -60,7 +61,7 @@ def plugin_files(project: Path) -> list[str]:
     may not edit them (plugins named as modules load from the environment, never the project)."""
     plugins = (_mypy_section(project) or {}).get("plugins") or []
     names = plugins.split(",") if isinstance(plugins, str) else plugins if isinstance(plugins, list) else []
-    return [str(n).strip() for n in names if str(n).strip().endswith(".py")]
+    return [posixpath.normpath(str(n).strip()) for n in names if str(n).strip().endswith(".py")]
 
 
 def mypy_configured(project: Path) -> bool:

@@ -203,6 +203,12 @@ class Verifier:
                 digest.update(rel.as_posix().encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
         return digest.hexdigest()[:24]
 
+    def restored(self, foreign: bool) -> None:
+        """The workspace was put back; `foreign`: it had to undo what a candidate's tests wrote
+        outside the edit, which nothing configured meanwhile may have seen."""
+        if foreign and self.warm is not None:
+            self.warm.discard_spare()
+
     def close(self) -> None:
         """Stop the warm runner (and anything it still runs) and the type checker."""
         if self.warm is not None:
@@ -360,7 +366,7 @@ class Verifier:
         if any(s.error is not None for s in run.stages) or not self.ruff.enabled:
             return None
         paths = [p for p in candidate.paths if p.endswith((".py", ".pyi"))]
-        if not self.ruff.fix_only(paths):
+        if not self.ruff.fix_only(paths, sorted({k[2] for k in new})):
             return None
         changes = []
         for change in candidate.changes:

@@ -56,10 +56,15 @@ class RuffValidator:
         self.config = ruff_config(toolchain.project, toolchain.root)
         self.binary = project_ruff(toolchain.python) or ruff_bin()
 
-    def _argv(self, *args: str) -> list[str]:
+    def _argv(self, *args: str, select: Sequence[str] | None = None) -> list[str]:
+        """ruff's command line: the project's configuration, or `--isolated` and our rule set; with
+        `select`, only those rules (from whichever of the two applies)."""
         argv = [self.binary, *args, "--no-cache", "--force-exclude"]
         if self.config is None:
-            argv += ["--isolated", f"--select={','.join(DEFAULT_RULES)}"]
+            argv.append("--isolated")
+        rules = select if select is not None else (DEFAULT_RULES if self.config is None else None)
+        if rules is not None:
+            argv.append(f"--select={','.join(rules)}")
         return argv
 
     def check(self, scope: Scope) -> StageResult:
@@ -80,9 +85,12 @@ class RuffValidator:
         running = self.toolchain.start_tool([*argv, "--", *(paths or ["."])], env=env)
         return lambda: self._findings(running.wait(scope.timeout_s), paths, start)
 
-    def fix_only(self, paths: Sequence[str], timeout_s: float = 60.0) -> bool:
-        """Apply ruff's safe fixes to these files in place; whether ruff ran cleanly."""
-        argv = self._argv("check", "--fix-only", "--exit-zero", "--quiet")
+    def fix_only(self, paths: Sequence[str], codes: Sequence[str], timeout_s: float = 60.0) -> bool:
+        """Apply ruff's safe fixes for these rule `codes` (only) to these files in place; whether
+        ruff ran cleanly."""
+        argv = self._argv(
+            "check", "--fix-only", "--exit-zero", "--quiet", "--no-unsafe-fixes", select=sorted(codes)
+        )
         result = self.toolchain.run_tool(
             [*argv, "--", *paths], env={"RAYON_NUM_THREADS": "1"}, timeout_s=timeout_s
         )

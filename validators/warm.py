@@ -136,7 +136,20 @@ class WarmRunner:
             error = None
             if reply.get("disk_exceeded"):
                 error = "the tests wrote more than the disk cap allows (killed)"
+            elif reply.get("leftovers_alive"):
+                error = "processes the tests started could not be killed"
+                self.close()  # its sandbox goes with it
         return ProcessResult(returncode, text, seconds, timed_out, error=error)
+
+    def discard_spare(self) -> None:
+        """Drop the test child readied ahead: it configured pytest while the workspace still held
+        what a candidate's tests wrote (the next request forks a fresh one)."""
+        if self._proc is not None and self._proc.poll() is None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.write(json.dumps({"discard_spare": True}) + "\n")
+                self._proc.stdin.flush()
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self._proc is not None:

@@ -202,6 +202,7 @@ def bench_verify(
                     # What the loop pays per candidate besides the stages: putting the state back.
                     restore_start = time.perf_counter()
                     workspace.rollback([change])
+                    verifier.restored(workspace.take_foreign())
                     report.duration_ms += (time.perf_counter() - restore_start) * 1000
                     testmon_ms = None
                     if has_testmon:

@@ -116,6 +116,8 @@ def _kill_leftovers() -> int:
                 killed += 1
         _reap(0.05)
     _reap(0.0)
+    if _descendants():  # still there after every round: this request's verdict cannot be trusted
+        return -1
     return killed
 
 
@@ -401,6 +403,7 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
         "returncode": code,
         "timed_out": timed_out,
         "disk_exceeded": disk_exceeded,
+        "leftovers_alive": leftovers < 0,
         "leftovers": leftovers,
         "seconds": time.monotonic() - start,
         "readied": readied,
@@ -427,6 +430,11 @@ def main() -> None:
         if not line.strip():
             continue
         request = json.loads(line)
+        if request.get("discard_spare"):  # the workspace it configured on was not the state's
+            if spare is not None:
+                spare.discard()
+                spare = None
+            continue
         reply = _serve_one(request, spare)
         if spare is not None and spare.status == b"tainted":
             sparing = False  # configuring imports the project (a plugin or ini setting): never again
