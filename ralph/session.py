@@ -232,7 +232,13 @@ def fix(
             "score": score.to_json(),
             "stages": [s.to_json() for s in stages],
         }
-        trace.write("run_start", **start_record, baseline=baseline, disabled_stages=verifier.disabled)
+        trace.write(
+            "run_start",
+            **start_record,
+            baseline=baseline,
+            disabled_stages=verifier.disabled,
+            notices=verifier.notices,
+        )
         ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
         loop = Loop(
             task=config.task,

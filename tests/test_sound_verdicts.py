@@ -511,3 +511,14 @@ def test_a_project_that_stops_at_its_first_failure_can_still_be_verified(tmp_pat
     )
     result = _pytest_stage(tmp_path)
     assert result.error is None and [t.outcome for t in result.tests] == ["failed"]
+
+
+def test_a_ruff_version_pinned_by_pre_commit_that_is_not_the_one_used_is_said(make_repo, tmp_path):
+    config = (
+        "repos:\n  - repo: https://github.com/astral-sh/ruff-pre-commit\n    rev: v0.4.4\n"
+        "    hooks:\n      - id: ruff\n"
+    )
+    repo = make_repo({**BUGGY_WINDOWS, ".pre-commit-config.yaml": config})
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = run_fix(repo, drafter, max_iterations=1)
+    assert any("pins 0.4.4 in .pre-commit-config.yaml" in line for line in outcome.notices)

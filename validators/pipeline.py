@@ -114,6 +114,7 @@ class Verifier:
         # Stages that could not run at the baseline (the user's own config is broken, say), with why:
         # they are off for the run, said at the start and in the trace, never silently passed.
         self.disabled: dict[str, str] = {}
+        self._ruff_drift: str | None = None
 
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""
@@ -142,6 +143,7 @@ class Verifier:
                 self.disabled[stage.stage] = stage.error.splitlines()[0][:300] if stage.error else "failed"
         if "ruff" in self.disabled:
             self.ruff.enabled = False
+        self._ruff_drift = self.ruff.drift()
         if "mypy" in self.disabled:
             self._close_mypy()
         obs = Observation()
@@ -168,11 +170,13 @@ class Verifier:
 
     @property
     def notices(self) -> list[str]:
-        """One line per stage that is off for this run, and why."""
-        return [
+        """One line per stage that is off for this run (and why), and per tool that is not the
+        version the project pins."""
+        lines = [
             f"{stage} is off for this run: it cannot run at the baseline: {why}"
             for stage, why in self.disabled.items()
         ]
+        return lines + ([self._ruff_drift] if self._ruff_drift else [])
 
     @property
     def quick_timeout_s(self) -> float:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import subprocess
 import time
 import tomllib
 from collections.abc import Callable, Sequence
@@ -55,6 +57,17 @@ class RuffValidator:
         self.enabled = True
         self.config = ruff_config(toolchain.project, toolchain.root)
         self.binary = project_ruff(toolchain.python) or ruff_bin()
+
+    def drift(self) -> str | None:
+        """A notice when the project's pre-commit configuration pins another ruff than the one used."""
+        pinned = pinned_ruff(self.toolchain.project, self.toolchain.root)
+        used = ruff_version(self.binary) if pinned else None
+        if pinned and used and pinned != used:
+            return (
+                f"ruff: the project pins {pinned} in .pre-commit-config.yaml, ralph runs {used} "
+                f"({self.binary}); install ruff=={pinned} beside the project's interpreter to use it"
+            )
+        return None
 
     def _argv(self, *args: str, select: Sequence[str] | None = None) -> list[str]:
         """ruff's command line: the project's configuration, or `--isolated` and our rule set; with
@@ -139,6 +152,29 @@ class RuffValidator:
             diagnostics=diagnostics,
             checked=[("ruff", p) for p in checked],
         )
+
+
+_PINNED = re.compile(r"ruff-pre-commit\s*\n\s*rev:\s*['\"]?v?([0-9][\w.]*)")
+
+
+def pinned_ruff(project: Path, root: Path | None = None) -> str | None:
+    """The ruff version the project's `.pre-commit-config.yaml` pins (astral-sh/ruff-pre-commit)."""
+    for base in dict.fromkeys([project, root or project]):
+        try:
+            text = (base / ".pre-commit-config.yaml").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if match := _PINNED.search(text):
+            return match.group(1)
+    return None
+
+
+def ruff_version(binary: str) -> str | None:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.split()[-1] if out.returncode == 0 and out.stdout.split() else None
 
 
 @functools.cache
