@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ralph.candidate import FileChange
-from ralph.errors import RalphError
+from ralph.errors import GitError, RalphError
 from ralph.gitops import Snapshot, commit_changes, read_blob, run_git, set_branch
 
 
@@ -22,12 +22,31 @@ class RalphBranch:
         return f"{self.snap.subdir}/{path}" if self.snap.subdir else path
 
     def commit(self, changes: Sequence[FileChange], message: str) -> str:
+        """`prepare` then `advance`."""
+        commit = self.prepare(changes, message)
+        self.advance(commit)
+        return commit
+
+    def prepare(self, changes: Sequence[FileChange], message: str) -> str:
+        """The commit of these changes on top of the tip, as an object only: no ref moves yet (the
+        trace records it first, so the branch is never ahead of the trace)."""
         parent = self.tip or self.snap.commit
         files = {self._full(c.path): c.after for c in changes}
-        commit = commit_changes(self.snap.toplevel, parent, files, message)
-        set_branch(self.snap.toplevel, self.name, commit, self.tip)
+        return commit_changes(self.snap.toplevel, parent, files, message)
+
+    def advance(self, commit: str) -> None:
+        """Point the branch at `commit` (made by `prepare`), only if it is still where we left it."""
+        try:
+            set_branch(self.snap.toplevel, self.name, commit, self.tip)
+        except GitError as exc:
+            lock = f"refs/heads/{self.name}.lock"
+            if "lock" in str(exc).lower():
+                raise GitError(
+                    f"cannot move branch {self.name}: {lock} exists (another git command, or one that "
+                    "crashed); if no git is running, delete it and resume with `ralph fix --resume`"
+                ) from None
+            raise
         self.tip = commit
-        return commit
 
     def changed(self) -> dict[str, str | None]:
         """Toplevel-relative path -> content at the tip (None: deleted), for files the branch changed."""

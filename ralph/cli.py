@@ -80,6 +80,13 @@ def fix(
     allow_test_edits: Annotated[
         bool | None, typer.Option("--allow-test-edits", help="Let drafters edit tests.")
     ] = None,
+    include_untracked: Annotated[
+        bool | None,
+        typer.Option(
+            "--include-untracked",
+            help="Commit untracked files on the ralph branch too (default: used by the tests, not committed).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
     resume: Annotated[
         str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
@@ -108,6 +115,7 @@ def fix(
         "python": python,
         "types": types,
         "allow_test_edits": allow_test_edits,
+        "include_untracked": include_untracked,
         "sandbox": False if no_sandbox else None,
     }
     if not path.is_dir():
@@ -120,7 +128,13 @@ def fix(
         budgets = {
             k: overrides[k] for k in ("max_iterations", "max_seconds", "max_cost") if overrides[k] is not None
         }
-        config = resumed.config.model_copy(update=budgets)
+        from pydantic import ValidationError
+
+        try:  # validated as the first run's were: `--max-iterations 0` is bad input here too
+            config = type(resumed.config).model_validate({**resumed.config.model_dump(), **budgets})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise RalphError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
     else:
         config = load_config(path, overrides)
     console = Console(soft_wrap=True)
@@ -149,6 +163,7 @@ def fix(
         "applied": outcome.applied,
         "run_id": outcome.run_id,
         "disabled_stages": outcome.notices,
+        "untracked_not_committed": list(outcome.untracked),
     }
     if as_json:
         print(json.dumps(summary))

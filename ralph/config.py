@@ -64,6 +64,8 @@ class RunConfig(BaseModel):
     """Run mypy: None means only when the project configures it."""
     allow_test_edits: bool = False
     """Let drafters edit test files."""
+    include_untracked: bool = False
+    """Commit untracked, not ignored files on the ralph branch too (they are in the workspace anyway)."""
     python: str | None = None
     """The target's interpreter (else its .venv, else ralph's)."""
     test_timeout_s: float = Field(default=60.0, gt=0)

@@ -34,8 +34,10 @@ def run_git(repo: Path, *args: str, env: Mapping[str, str] | None = None, input:
         ["git", *SAFE_CONFIG, *args], cwd=repo, env=full_env, input=input, capture_output=True, check=False
     )
     if proc.returncode != 0:
-        message = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+        message = [line for line in proc.stderr.decode(errors="replace").strip().splitlines() if line.strip()]
+        # git's first line says what failed (a lock file, say), its last what to do.
+        said = " ".join(dict.fromkeys([message[0], message[-1]])) if message else str(proc.returncode)
+        raise GitError(f"git {args[0]} failed: {said}")
     return proc.stdout.decode(errors="replace")
 
 
@@ -45,9 +47,15 @@ class Snapshot:
 
     toplevel: Path
     head: str | None  # None on an unborn branch
-    commit: str  # == head when the working tree is clean
-    tree: str
+    commit: str  # what the ralph branch builds on (== head when nothing is modified)
+    tree: str  # its tree: tracked files as they are, untracked ones only when asked for
     subdir: str  # the project directory, relative to the toplevel ("" for the root)
+    work_tree: str = ""  # what the workspace holds: the untracked, not ignored files too
+    untracked: tuple[str, ...] = ()  # toplevel-relative: in the workspace, not in the commit
+
+    @property
+    def files_tree(self) -> str:
+        return self.work_tree or self.tree
 
 
 def open_repo(path: Path) -> tuple[Path, str]:
@@ -76,24 +84,66 @@ def temporary_index(toplevel: Path, seed: bool = False) -> Iterator[dict[str, st
             user_index = Path(run_git(toplevel, "rev-parse", "--git-path", "index").strip())
             user_index = user_index if user_index.is_absolute() else toplevel / user_index
             if user_index.exists():
-                shutil.copyfile(user_index, index)  # keeps stat data, so `add -A` rehashes only what changed
+                # Keeps the entries' stat data, so `add -A` rehashes only what changed, and the
+                # index's own mtime: git treats an entry as racily clean (and compares contents)
+                # when its file changed within the index's timestamp; a fresh mtime would hide that.
+                shutil.copy2(user_index, index)
         yield {"GIT_INDEX_FILE": str(index)}
 
 
-def snapshot(path: Path, staged: bool = False) -> Snapshot:
-    """Record the working tree (tracked, modified and untracked-not-ignored files) as a commit; with
-    `staged`, what the index holds instead (what a pre-commit hook is asked about)."""
+_IN_PROGRESS = {
+    "MERGE_HEAD": "a merge",
+    "CHERRY_PICK_HEAD": "a cherry-pick",
+    "REVERT_HEAD": "a revert",
+    "rebase-merge": "a rebase",
+    "rebase-apply": "a rebase (or `git am`)",
+    "BISECT_LOG": "a bisect",
+}
+
+
+def check_no_operation_in_progress(toplevel: Path) -> None:
+    """Bad input while a merge, rebase, cherry-pick, revert or bisect is under way, or the index has
+    unmerged entries: the working tree holds conflict markers or half an operation, not a state to fix."""
+    for name, what in _IN_PROGRESS.items():
+        marker = Path(run_git(toplevel, "rev-parse", "--git-path", name).strip())
+        marker = marker if marker.is_absolute() else toplevel / marker
+        if marker.exists():
+            raise RalphError(
+                f"{what} is in progress in {toplevel}: finish or abort it first (git status says how)"
+            )
+    unmerged = run_git(toplevel, "ls-files", "--unmerged", "-z")
+    if unmerged:
+        paths = sorted({entry.split("\t", 1)[-1] for entry in unmerged.split("\0") if entry})
+        raise RalphError(
+            f"unmerged files in the index ({', '.join(paths[:5])}): resolve the conflicts and `git add` them first"
+        )
+
+
+def snapshot(path: Path, staged: bool = False, include_untracked: bool = False) -> Snapshot:
+    """Record the working tree as a commit (tracked files as they are, untracked-not-ignored ones only
+    with `include_untracked`; the workspace gets them either way); with `staged`, what the index
+    holds instead (what a pre-commit hook is asked about). Ignored files are never in either."""
     toplevel, subdir = open_repo(path)
+    check_no_operation_in_progress(toplevel)
     try:
         head: str | None = run_git(toplevel, "rev-parse", "--verify", "-q", "HEAD").strip()
     except GitError:
         head = None
     with temporary_index(toplevel, seed=True) as env:
         if not staged:
-            run_git(toplevel, "add", "-A", "--", ".", env=env)
+            run_git(toplevel, "add", "-u", "--", ".", env=env)
         tree = run_git(toplevel, "write-tree", env=env).strip()
+        if not staged:
+            run_git(toplevel, "add", "-A", "--", ".", env=env)
+        work_tree = run_git(toplevel, "write-tree", env=env).strip()
+    untracked: tuple[str, ...] = ()
+    if work_tree != tree:
+        names = run_git(toplevel, "diff-tree", "-r", "--name-only", "-z", "--no-renames", tree, work_tree)
+        untracked = tuple(sorted(p for p in names.split("\0") if p))
+    if include_untracked:
+        tree, untracked = work_tree, ()
     if head and run_git(toplevel, "rev-parse", f"{head}^{{tree}}").strip() == tree:
-        return Snapshot(toplevel, head, head, tree, subdir)
+        return Snapshot(toplevel, head, head, tree, subdir, work_tree, untracked)
     parents = ["-p", head] if head else []
     commit = run_git(
         toplevel,
@@ -104,14 +154,14 @@ def snapshot(path: Path, staged: bool = False) -> Snapshot:
         f"ralph: snapshot of the {'index' if staged else 'working tree'}",
         env=IDENTITY,
     ).strip()
-    return Snapshot(toplevel, head, commit, tree, subdir)
+    return Snapshot(toplevel, head, commit, tree, subdir, work_tree, untracked)
 
 
 def materialize(snap: Snapshot, dest: Path) -> None:
     """Write the snapshot's files into `dest` (which holds no .git: the workspace is not a repository)."""
     dest.mkdir(parents=True, exist_ok=True)
     with temporary_index(snap.toplevel) as env:
-        run_git(snap.toplevel, "read-tree", snap.tree, env=env)
+        run_git(snap.toplevel, "read-tree", snap.files_tree, env=env)
         run_git(snap.toplevel, "checkout-index", "-a", "-f", f"--prefix={dest}/", env=env)
 
 

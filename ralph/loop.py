@@ -64,15 +64,18 @@ class Loop:
     budget: Budget
     protected: tuple[str, ...]
 
-    def run(self, state: Observation, done: tuple[int, float] = (0, 0.0)) -> RunResult:
+    def run(
+        self, state: Observation, done: tuple[int, float] = (0, 0.0), rejected: frozenset[str] = frozenset()
+    ) -> RunResult:
         """Drive `state` (the verified baseline) towards zero remaining error; `done` is (iterations,
-        cost) already spent by the run this one resumes, which count against the budgets."""
+        cost) already spent by the run this one resumes, which count against the budgets, and
+        `rejected` the fingerprints it rejected, which are never verified again."""
         start = time.monotonic()
         result = RunResult(
             "goal", iterations=done[0], cost_usd=done[1], remaining=self.verifier.score(state).remaining
         )
         result.remaining_at_start = result.remaining
-        memory = Memory()
+        memory = Memory(rejected=set(rejected))
         try:
             while result.remaining > 0:
                 if stop := self._out_of_budget(result, time.monotonic() - start):
@@ -84,7 +87,7 @@ class Loop:
                     break
                 t0 = time.perf_counter()
                 context = self._context(state, result.accepted, memory)
-                before, verdicts, draft_ms = result.remaining, [], 0.0
+                before, verdicts, draft_ms, pending = result.remaining, [], 0.0, None
                 for candidate, waited_ms in self._drafts(
                     decision.drafter, context, decision.n, memory
                 ):  # draft
@@ -103,13 +106,17 @@ class Loop:
                             message += "Amended: ruff's safe fixes applied to the edited files\n"
                         state, result.remaining = report.observation, report.score.remaining
                         result.accepted += 1
-                        self.branch.commit(report.changes or candidate.changes, message)
+                        pending = self.branch.prepare(report.changes or candidate.changes, message)
                         break
                     memory.reject(candidate, report)
                 result.iterations += 1
                 record = self._record(result, decision, before, verdicts, t0, draft_ms, start)  # trace
                 record["proposed"] = memory.drafted  # duplicates and known failures were not verified
-                self.trace.write("iteration", **record)
+                if pending is not None:
+                    record["commit"] = pending
+                self.trace.write("iteration", **record)  # first the trace, then the branch
+                if pending is not None:
+                    self.branch.advance(pending)
                 self.view.iteration(record)
                 result.history.append(_summary(record))
         except KeyboardInterrupt:

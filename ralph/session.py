@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ralph.branch import RalphBranch
@@ -21,6 +22,7 @@ from ralph.gitops import (
     materialize,
     open_repo,
     run_git,
+    set_branch,
     snapshot,
 )
 from ralph.loop import Budget, Loop, RunResult, View
@@ -46,10 +48,47 @@ class FixOutcome:
     applied: list[str]
     apply_refused: bool = False
     notices: list[str] = field(default_factory=list)  # stages that were off for the run, and why
+    untracked: tuple[str, ...] = ()  # used by the tests, not committed on the branch
 
     @property
     def exit_code(self) -> int:
         return 1 if self.apply_refused and self.result.exit_code == 0 else self.result.exit_code
+
+
+def _finish_advance(toplevel: Path, branch: str, current: str | None, tip: str | None, base: str) -> bool:
+    """A run killed between writing an accepted iteration to its trace and moving its branch left
+    the branch one commit behind: move it now (only when the trace's commit sits right on it)."""
+    if tip is None:
+        return False
+    try:
+        parent = run_git(toplevel, "rev-parse", "--verify", "-q", f"{tip}^").strip()
+    except RalphError:
+        return False
+    if parent != (current or base):
+        return False
+    try:
+        set_branch(toplevel, branch, tip, current)
+    except RalphError:
+        return False
+    return True
+
+
+def _project_paths(paths: tuple[str, ...], subdir: str) -> list[str]:
+    """Toplevel-relative paths as the project sees them (those inside it)."""
+    if not subdir:
+        return list(paths)
+    return [p[len(subdir) + 1 :] for p in paths if p.startswith(subdir + "/")]
+
+
+def _overlay(root: Path, files: dict[str, str | None]) -> None:
+    """Write toplevel-relative `files` (None deletes) into a fresh workspace copy."""
+    for path, content in files.items():
+        target = root / path
+        if content is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8", newline="")
 
 
 def new_run_id() -> str:
@@ -69,6 +108,11 @@ class Resume:
     iterations: int
     cost_usd: float
     baseline: Observation
+    rejected: frozenset[str] = frozenset()  # fingerprints the run already rejected: never again
+
+
+# A run that ended this way can go on; any other ending is final.
+_RESUMABLE = frozenset({"interrupted", "error"})
 
 
 def load_resume(path: Path, run_id: str) -> Resume:
@@ -84,9 +128,20 @@ def load_resume(path: Path, run_id: str) -> Resume:
     start = next((r for r in records if r["type"] == "run_start" and "baseline" in r), None)
     if start is None or "stages" not in (start.get("baseline") or {}):
         raise RalphError(f"--resume {run_id}: the trace has no finished baseline to resume from")
-    if any(r["type"] == "run_end" and r.get("outcome") == "goal" for r in records):
-        raise RalphError(f"--resume {run_id}: that run already reached its goal")
+    last_start = max(i for i, r in enumerate(records) if r["type"] == "run_start")
+    ended = [r for r in records[last_start:] if r["type"] == "run_end"]
+    if ended and ended[-1].get("outcome") not in _RESUMABLE:
+        outcome = ended[-1].get("outcome")
+        raise RalphError(
+            f"--resume {run_id}: that run finished ({outcome}); start a new run (ralph fix) instead"
+        )
     iterations = [r for r in records if r["type"] == "iteration"]
+    rejected = frozenset(
+        c["fingerprint"]
+        for r in iterations
+        for c in r.get("candidates", [])
+        if c.get("verdict") == "rejected" and c.get("fingerprint")
+    )
     tip = next((r["commit"] for r in reversed(iterations) if r.get("commit")), None)
     baseline = Observation()
     for stage in start["baseline"]["stages"]:
@@ -97,12 +152,21 @@ def load_resume(path: Path, run_id: str) -> Resume:
         run_id=run_id,
         trace=trace,
         config=RunConfig.model_validate(start["config"]),
-        snap=Snapshot(toplevel, start.get("base_commit"), commit, tree, subdir),
+        snap=Snapshot(
+            toplevel,
+            start.get("base_commit"),
+            commit,
+            tree,
+            subdir,
+            start.get("work_tree", tree),
+            tuple(start.get("untracked", ())),
+        ),
         branch=start["branch"],
         tip=tip,
         iterations=max((r["i"] for r in iterations), default=0),
         cost_usd=sum(float(r.get("cost_usd") or 0.0) for r in iterations),
         baseline=baseline,
+        rejected=rejected,
     )
 
 
@@ -127,10 +191,13 @@ def fix(
         current = run_git(
             snap.toplevel, "for-each-ref", "--format=%(objectname)", f"refs/heads/{branch_name}"
         )
-        if (current.strip() or None) != resume.tip:
+        current_tip = current.strip() or None
+        if current_tip != resume.tip and not _finish_advance(
+            snap.toplevel, branch_name, current_tip, resume.tip, snap.commit
+        ):
             raise RalphError(f"--resume {run_id}: branch {branch_name} moved since the run stopped")
     else:
-        snap = snapshot(path, staged=staged)
+        snap = snapshot(path, staged=staged, include_untracked=config.include_untracked)
         run_id = new_run_id()
         branch_name = branch or f"ralph/{run_id}"
         check_branch_name(snap.toplevel, branch_name)
@@ -159,13 +226,10 @@ def fix(
     sandbox: Sandbox | None = None
     checker: Sandbox | None = None
     try:
-        start_tree = (
-            run_git(snap.toplevel, "rev-parse", f"{resume.tip}^{{tree}}").strip()
-            if resume and resume.tip
-            else snap.tree
-        )
-        materialize(replace(snap, tree=start_tree), tmp / "ws")
+        materialize(snap, tmp / "ws")  # tracked and untracked files, as the tests see them
         workspace = Workspace(tmp / "ws", snap.subdir)
+        if resume is not None and resume.tip:  # and what the run accepted before it stopped
+            _overlay(tmp / "ws", RalphBranch(snap, branch_name, tip=resume.tip).changed())
         scratch, cache = tmp / "scratch", tmp / "cache"
         scratch.mkdir()
         cache.mkdir()
@@ -198,6 +262,7 @@ def fix(
             coverage_cache=snap.toplevel / ".ralph" / "cache",
             protected=protected,
             only=tuple(only) if only is not None else None,
+            uncommitted=frozenset(_project_paths(snap.untracked, snap.subdir)),
             test_timeout_s=config.test_timeout_s,
         )
         start_record = {
@@ -207,6 +272,8 @@ def fix(
             "project": snap.subdir or ".",
             "base_commit": snap.head,
             "snapshot_commit": snap.commit,
+            "work_tree": snap.files_tree,
+            "untracked": list(snap.untracked),
             "branch": branch_name,
             "config": config.model_dump(),
             "drafters": {d.name: type(d).__name__ for d in drafters.values()},
@@ -252,7 +319,22 @@ def fix(
             budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
             protected=protected,
         )
-        result = loop.run(state, done=(resume.iterations, resume.cost_usd) if resume else (0, 0.0))
+        try:
+            result = loop.run(
+                state,
+                done=(resume.iterations, resume.cost_usd) if resume else (0, 0.0),
+                rejected=resume.rejected if resume else frozenset(),
+            )
+        except RalphError as exc:  # a full disk, a stale lock: the trace still says how the run ended
+            with contextlib.suppress(RalphError, OSError):
+                trace.write(
+                    "run_end",
+                    outcome="error",
+                    error=str(exc),
+                    branch=branch_name,
+                    final_commit=ralph_branch.tip,
+                )
+            raise
         applied: list[str] = []
         if apply and ralph_branch.tip:
             try:
@@ -281,6 +363,7 @@ def fix(
             applied,
             apply_refused=apply and bool(ralph_branch.tip) and not applied,
             notices=verifier.notices,
+            untracked=snap.untracked,
         )
     finally:
         if verifier is not None:

@@ -7,13 +7,21 @@ A public format; these names are stable: every record has `type` (run_start, ite
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ralph.errors import RalphError
+
 SCHEMA = 1
+
+
+class TraceError(RalphError):
+    """The trace cannot be written (a full disk): the run stops, its branch no further than its trace."""
 
 
 class TraceWriter:
@@ -25,9 +33,25 @@ class TraceWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, type_: str, **fields: Any) -> None:
+        """Append one record whole, or not at all: a short write (a full disk) is cut back off and
+        raised as an error naming the trace, so no torn record is ever left mid-file."""
         record = {"type": type_, "schema": SCHEMA, **fields}
-        os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
-        os.fsync(self._fd)
+        data = memoryview((json.dumps(record, default=str) + "\n").encode())
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[self._write(data) :]
+            os.fsync(self._fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise TraceError(f"cannot write the trace {self.path}: {exc.strerror or exc}") from None
+
+    def _write(self, data: memoryview) -> int:
+        written = os.write(self._fd, data)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "no space left on the device")
+        return written
 
     def close(self) -> None:
         if self._fd >= 0:

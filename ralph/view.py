@@ -69,6 +69,10 @@ def summary_table(summary: dict[str, Any]) -> Table:
         table.add_row(key, "—" if value is None else str(value))
     for line in summary.get("disabled_stages") or ():
         table.add_row("stage off", Text(line))
+    untracked = summary.get("untracked_not_committed") or []
+    if untracked:
+        shown = ", ".join(untracked[:8]) + (f" (+{len(untracked) - 8} more)" if len(untracked) > 8 else "")
+        table.add_row("untracked", Text(f"used, not committed: {shown} (--include-untracked commits them)"))
     return table
 
 

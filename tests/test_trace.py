@@ -142,8 +142,10 @@ def test_a_killed_run_resumes_where_it_stopped(make_repo):
         while time.monotonic() < deadline:
             traces = list(runs.glob("*/trace.jsonl")) if runs.exists() else []
             if traces and any(r["type"] == "iteration" and r["commit"] for r in read_trace(traces[0])):
-                trace = traces[0]
-                break
+                branch = read_trace(traces[0])[0]["branch"]
+                if git(repo, "branch", "--list", branch).strip():  # (the trace is written first)
+                    trace = traces[0]
+                    break
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
     finally:

@@ -1,0 +1,252 @@
+"""Git safety: the ralph branch holds what the user would commit, and the user's HEAD, index, working
+tree, stash and untracked files are byte-identical after every run. Real git repositories in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from ralph.config import RunConfig
+from ralph.gitops import snapshot
+from ralph.session import fix
+from ralph.trace import read_trace
+from ralph.view import QuietView
+from tests.conftest import BUGGY_WINDOWS, GIT_ENV, git, run_ralph
+
+FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
+
+
+def user_state(repo: Path) -> dict[str, object]:
+    """Everything of the user's that a run must leave as it was."""
+    files = {}
+    for file in sorted(repo.rglob("*")):
+        rel = file.relative_to(repo).as_posix()
+        if rel.startswith((".git/", ".ralph/")) or not file.is_file() or "__pycache__" in rel:
+            continue
+        files[rel] = hashlib.sha256(file.read_bytes()).hexdigest()
+    index = repo / ".git" / "index"
+    return {
+        "head": git(repo, "rev-parse", "HEAD").strip(),
+        "symbolic": git(repo, "symbolic-ref", "-q", "HEAD").strip(),
+        "index": hashlib.sha256(index.read_bytes()).hexdigest() if index.exists() else None,
+        "stash": git(repo, "stash", "list"),
+        "files": files,
+    }
+
+
+def replay(tmp_path: Path, *records: dict) -> str:
+    file = tmp_path / "edits.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return f"replay:{file}"
+
+
+def test_untracked_files_are_used_by_the_tests_but_not_committed(make_repo, tmp_path):
+    files = {
+        **BUGGY_WINDOWS,
+        "tests/test_windows.py": BUGGY_WINDOWS["tests/test_windows.py"]
+        + "\n\ndef test_the_env_file_is_there():\n    import pathlib\n"
+        "    assert pathlib.Path(__file__).parent.parent.joinpath('.env').read_text() == 'TOKEN=s3cret\\n'\n",
+    }
+    repo = make_repo(files)
+    (repo / ".env").write_text("TOKEN=s3cret\n")
+    (repo / "notes.txt").write_text("mine\n")
+    before = user_state(repo)
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = fix(repo, RunConfig(drafter=drafter, candidates=1), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"  # the tests saw .env
+    tracked = git(repo, "ls-tree", "-r", "--name-only", outcome.branch).split()
+    assert ".env" not in tracked and "notes.txt" not in tracked
+    assert git(repo, "show", f"{outcome.branch}:windows.py") == FIXED
+    assert outcome.untracked == (".env", "notes.txt")
+    assert user_state(repo) == before
+
+
+def test_include_untracked_commits_them(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    (repo / "notes.txt").write_text("mine\n")
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = fix(
+        repo, RunConfig(drafter=drafter, candidates=1, include_untracked=True), view=QuietView(notices=False)
+    )
+    assert "notes.txt" in git(repo, "ls-tree", "-r", "--name-only", outcome.branch).split()
+
+
+def test_a_candidate_editing_an_untracked_file_is_refused(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    (repo / "helper.py").write_text("X = 1\n")
+    drafter = replay(tmp_path, {"description": "edit untracked", "files": {"helper.py": "X = 2\n"}})
+    outcome = fix(
+        repo, RunConfig(drafter=drafter, candidates=1, max_iterations=1), view=QuietView(notices=False)
+    )
+    [candidate] = [c for r in read_trace(outcome.trace) if r["type"] == "iteration" for c in r["candidates"]]
+    assert candidate["failed_stage"] == "policy" and "untracked" in candidate["reason"]
+
+
+def test_ignored_files_are_never_committed(make_repo, tmp_path):
+    repo = make_repo({**BUGGY_WINDOWS, ".gitignore": "secret.txt\n"})
+    (repo / "secret.txt").write_text("hush\n")
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = fix(
+        repo, RunConfig(drafter=drafter, candidates=1, include_untracked=True), view=QuietView(notices=False)
+    )
+    assert "secret.txt" not in git(repo, "ls-tree", "-r", "--name-only", outcome.branch).split()
+
+
+def _conflict(repo: Path) -> None:
+    git(repo, "checkout", "-q", "-b", "other")
+    (repo / "windows.py").write_text(BUGGY_WINDOWS["windows.py"].replace("double", "twice"))
+    git(repo, "commit", "-qam", "other")
+    git(repo, "checkout", "-q", "main")
+    (repo / "windows.py").write_text(BUGGY_WINDOWS["windows.py"].replace("double", "dub"))
+    git(repo, "commit", "-qam", "main")
+    subprocess.run(["git", "merge", "other"], cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True)
+
+
+def test_a_merge_in_progress_is_bad_input_and_nothing_is_committed(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    _conflict(repo)
+    assert "<<<<<<<" in (repo / "windows.py").read_text()
+    before = user_state(repo)
+    branches = git(repo, "branch", "--list")
+    proc = run_ralph("fix", str(repo), "--no-sandbox")
+    assert proc.returncode == 2
+    assert "a merge is in progress" in proc.stderr and proc.stderr.strip().count("\n") == 0
+    assert user_state(repo) == before and git(repo, "branch", "--list") == branches
+
+
+def test_an_unmerged_index_entry_is_bad_input(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    _conflict(repo)
+    (repo / ".git" / "MERGE_HEAD").unlink()  # the merge state gone, the conflict still in the index
+    proc = run_ralph("fix", str(repo), "--no-sandbox")
+    assert proc.returncode == 2 and "unmerged files in the index (windows.py)" in proc.stderr
+
+
+def test_the_snapshot_sees_a_same_size_edit_inside_the_index_timestamp(make_repo):
+    """The race git's racy-clean check exists for: a file changed, size kept, within the timestamp the
+    index was written in. A copy of the index with a fresh mtime would make git trust the stale stat."""
+    repo = make_repo(BUGGY_WINDOWS)
+    file, index = repo / "windows.py", repo / ".git" / "index"
+    stamp = (1_700_000_000, 1_700_000_000)
+    os.utime(file, stamp)
+    git(repo, "update-index", "--refresh")  # the entry records mtime == stamp
+    os.utime(index, stamp)  # ...and the index was written in that same second
+    edited = BUGGY_WINDOWS["windows.py"].replace("x * 2", "x + x")
+    assert len(edited) == len(BUGGY_WINDOWS["windows.py"])
+    file.write_text(edited)
+    os.utime(file, stamp)  # same size, same mtime: only the contents tell
+    snap = snapshot(repo)
+    assert git(repo, "show", f"{snap.commit}:windows.py") == edited
+
+
+def _kill_free_run(repo: Path, tmp_path: Path, *records: dict, branch: str | None = None, **config: object):
+    return fix(
+        repo,
+        RunConfig(drafter=replay(tmp_path, *records), candidates=1, **config),
+        view=QuietView(notices=False),
+        branch=branch,
+    )
+
+
+WRONG = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k - 1)")
+
+
+def test_a_full_disk_while_writing_the_trace_leaves_no_torn_record_and_no_branch_ahead(
+    make_repo, tmp_path, monkeypatch
+):
+    import errno
+
+    import pytest
+
+    from ralph.errors import RalphError
+    from ralph.trace import TraceWriter
+
+    repo = make_repo(BUGGY_WINDOWS)
+    before = user_state(repo)
+    real = TraceWriter._write
+
+    def short_then_full(self, data):
+        if getattr(self, "_short", False):
+            raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
+        if b'"type": "iteration"' in bytes(data[:40]):
+            self._short = True
+            return real(self, data[:10])  # a short write...
+        return real(self, data)
+
+    monkeypatch.setattr(TraceWriter, "_write", short_then_full)
+    with pytest.raises(RalphError, match="cannot write the trace"):
+        _kill_free_run(
+            repo, tmp_path, {"description": "fix", "files": {"windows.py": FIXED}}, branch="ralph/full"
+        )
+    trace = next((repo / ".ralph" / "runs").glob("*/trace.jsonl"))
+    lines = trace.read_bytes().splitlines(keepends=True)
+    assert all(line.endswith(b"\n") and json.loads(line) for line in lines)  # whole records only
+    # (the disk stays full: even run_end may not fit; what is there is whole)
+    assert [json.loads(line)["type"] for line in lines] in (["run_start"], ["run_start", "run_end"])
+    assert git(repo, "branch", "--list", "ralph/full").strip() == ""  # the branch is not ahead of it
+    assert user_state(repo) == before
+    monkeypatch.setattr(TraceWriter, "_write", real)
+    proc = run_ralph("fix", str(repo), "--resume", trace.parent.name, "--json", "--no-sandbox")
+    assert (proc.returncode == 2 and "finished" not in proc.stderr) or proc.returncode == 0, proc.stderr
+
+
+def test_a_stale_branch_lock_is_named_and_the_trace_still_ends(make_repo, tmp_path):
+    import pytest
+
+    from ralph.errors import RalphError
+
+    repo = make_repo(BUGGY_WINDOWS)
+    lock = repo / ".git" / "refs" / "heads" / "ralph" / "locked.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    with pytest.raises(RalphError, match=re.escape("ralph/locked.lock exists")):
+        _kill_free_run(
+            repo, tmp_path, {"description": "fix", "files": {"windows.py": FIXED}}, branch="ralph/locked"
+        )
+    trace = next((repo / ".ralph" / "runs").glob("*/trace.jsonl"))
+    assert read_trace(trace)[-1]["type"] == "run_end" and read_trace(trace)[-1]["outcome"] == "error"
+
+
+def test_resume_refuses_a_finished_run_and_bad_budgets(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    outcome = _kill_free_run(
+        repo, tmp_path, {"description": "wrong", "files": {"windows.py": WRONG}}, max_iterations=1
+    )
+    run_id = outcome.run_id
+    proc = run_ralph("fix", str(repo), "--resume", run_id, "--no-sandbox")
+    assert proc.returncode == 2 and "finished (max_iterations)" in proc.stderr
+    # An interrupted run can go on, with budgets validated as on a first run.
+    with outcome.trace.open("a") as f:
+        f.write(json.dumps({"type": "run_start", "schema": 1}) + "\n")  # a segment killed before its end
+    proc = run_ralph("fix", str(repo), "--resume", run_id, "--max-iterations", "0", "--no-sandbox")
+    assert proc.returncode == 2 and "--max-iterations" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_resume_never_verifies_again_what_the_run_rejected(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    records = [
+        {"description": "wrong", "files": {"windows.py": WRONG}},
+        {"description": "fix", "files": {"windows.py": FIXED}},
+    ]
+    outcome = _kill_free_run(repo, tmp_path, *records[:1], max_iterations=1)
+    with outcome.trace.open("a") as f:  # as if it had been interrupted there
+        f.write(json.dumps({"type": "run_end", "schema": 1, "outcome": "interrupted"}) + "\n")
+    replay_file = tmp_path / "again.jsonl"
+    replay_file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    from ralph.session import load_resume
+
+    resumed = load_resume(repo, outcome.run_id)
+    config = resumed.config.model_copy(update={"drafter": f"replay:{replay_file}", "max_iterations": 3})
+    second = fix(repo, config, view=QuietView(notices=False), resume=resumed)
+    verified = [
+        c["description"]
+        for r in read_trace(second.trace)
+        if r["type"] == "iteration"
+        for c in r["candidates"]
+    ]
+    assert verified.count("wrong") == 1  # the first segment's, never again
+    assert second.result.outcome == "goal"
