@@ -78,7 +78,7 @@ def open_repo(path: Path) -> tuple[Path, str]:
 @contextmanager
 def temporary_index(toplevel: Path, seed: bool = False) -> Iterator[dict[str, str]]:
     """An environment whose GIT_INDEX_FILE is a private copy, so the user's index is never written."""
-    with tempfile.TemporaryDirectory(prefix="ralph-index-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"ralph-{os.getpid()}-index-") as tmp:
         index = Path(tmp) / "index"
         if seed:
             user_index = Path(run_git(toplevel, "rev-parse", "--git-path", "index").strip())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import shutil
 import tempfile
@@ -30,7 +31,7 @@ from ralph.protocols import Sandbox
 from ralph.score import Observation
 from ralph.trace import TraceWriter, read_trace
 from router import create_router
-from sandboxes import require_sandbox, select_sandbox
+from sandboxes import require_sandbox, select_sandbox, sweep_stale
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
@@ -71,13 +72,6 @@ def _finish_advance(toplevel: Path, branch: str, current: str | None, tip: str |
     except RalphError:
         return False
     return True
-
-
-def _project_paths(paths: tuple[str, ...], subdir: str) -> list[str]:
-    """Toplevel-relative paths as the project sees them (those inside it)."""
-    if not subdir:
-        return list(paths)
-    return [p[len(subdir) + 1 :] for p in paths if p.startswith(subdir + "/")]
 
 
 def _overlay(root: Path, files: dict[str, str | None]) -> None:
@@ -220,7 +214,8 @@ def fix(
     if trace_path is None:
         trace_path = snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
     project_dir = snap.toplevel / snap.subdir
-    tmp = Path(tempfile.mkdtemp(prefix="ralph-"))
+    sweep_stale()  # what a run killed with SIGKILL left
+    tmp = Path(tempfile.mkdtemp(prefix=f"ralph-{os.getpid()}-"))
     trace = TraceWriter(trace_path)
     verifier: Verifier | None = None
     sandbox: Sandbox | None = None
@@ -262,7 +257,6 @@ def fix(
             coverage_cache=snap.toplevel / ".ralph" / "cache",
             protected=protected,
             only=tuple(only) if only is not None else None,
-            uncommitted=frozenset(_project_paths(snap.untracked, snap.subdir)),
             test_timeout_s=config.test_timeout_s,
         )
         start_record = {

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +18,43 @@ from sandboxes.workspace import Workspace
 if TYPE_CHECKING:  # ralph.protocols imports this package
     from ralph.protocols import Sandbox
 
-__all__ = ["LocalSandbox", "ProcessResult", "Workspace", "require_sandbox", "select_sandbox"]
+__all__ = ["LocalSandbox", "ProcessResult", "Workspace", "require_sandbox", "select_sandbox", "sweep_stale"]
+
+
+_OURS = re.compile(r"^ralph-(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale(names: Iterable[str]) -> list[str]:
+    """The names of ours (`ralph-<pid>-...`) whose process is gone: a run killed with SIGKILL."""
+    found = []
+    for name in names:
+        match = _OURS.match(name)
+        if match and int(match[1]) != os.getpid() and not _alive(int(match[1])):
+            found.append(name)
+    return found
+
+
+def sweep_stale() -> None:
+    """Remove what runs killed with SIGKILL left: their copies of the user's code in the temporary
+    directory and their cgroups (a leaked one once made a later start fail)."""
+    tmp = Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for name in stale(os.listdir(tmp)):
+            if (tmp / name).is_dir() and not (tmp / name).is_symlink():
+                shutil.rmtree(tmp / name, ignore_errors=True)
+    from sandboxes.bwrap import sweep_cgroups
+
+    sweep_cgroups()
 
 
 def require_sandbox(enabled: bool) -> None:

@@ -49,6 +49,7 @@ import itertools
 import json
 import os
 import pwd
+import secrets
 import select
 import shutil
 import signal
@@ -62,6 +63,7 @@ from pathlib import Path
 from sandboxes.local import ProcessResult, child_env, feed_stdin, read_capped, wait_exit
 
 _COUNTER = itertools.count()
+_TOKEN = secrets.token_hex(3)  # a reused pid never meets a leaked cgroup's name
 
 
 @functools.cache
@@ -322,7 +324,7 @@ class BwrapSandbox:
 
     def _new_cgroup(self) -> list[Path]:
         """The cgroups a command joins (pids, memory; one directory where both share a hierarchy)."""
-        name = f"ralph-{os.getpid()}-{next(_COUNTER)}"
+        name = f"ralph-{os.getpid()}-{_TOKEN}-{next(_COUNTER)}"
         made: dict[Path, None] = {}
         if self._cgroup_parent is not None:
             cgroup = self._cgroup_parent / name
@@ -472,6 +474,17 @@ def _end_sandbox(proc: subprocess.Popen[bytes], init: int | None) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
+
+
+def sweep_cgroups() -> None:
+    """Remove the cgroups runs killed with SIGKILL left behind (and kill what is still in them)."""
+    from sandboxes import stale
+
+    for parent in {_cgroup_parent("pids"), _cgroup_parent("memory")} - {None}:
+        assert parent is not None
+        with contextlib.suppress(OSError):
+            for name in stale(os.listdir(parent)):
+                _remove_cgroup(parent / name)
 
 
 def _remove_cgroup(cgroup: Path) -> None:

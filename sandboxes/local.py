@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import resource
@@ -215,6 +216,20 @@ class ScratchDir:
 
     def read(self, name: str, limit: int = 256 << 20) -> bytes | None:
         return read_regular(name, limit, dir_fd=self.fd)
+
+
+_OWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-spawner")
+
+
+def popen_owned(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """`subprocess.Popen`, always from one long-lived thread. bubblewrap's `--die-with-parent` (a
+    parent-death signal) follows the *thread* that started it: a sandboxed worker started from a
+    thread pool's thread would die as soon as that thread exits."""
+
+    def start() -> subprocess.Popen[Any]:
+        return subprocess.Popen(list(argv), **kwargs)
+
+    return _OWNER.submit(start).result()
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:

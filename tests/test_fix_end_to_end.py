@@ -96,9 +96,11 @@ def test_user_changes_are_preserved_byte_for_byte_and_the_index_is_unchanged(mak
     assert (repo / ".git" / "index").read_bytes() == before_index
     assert git(repo, "rev-parse", "HEAD") == before_head
     assert git(repo, "status", "--porcelain") == before_status
-    # The fix was made on top of the user's uncommitted state, which the branch carries.
-    assert git(repo, "show", f"{outcome.branch}:scratch.py") == "UNTRACKED = True\n"
+    # The fix was made on top of the user's uncommitted changes to tracked files, which the branch
+    # carries; the untracked files were used by the tests, not committed.
     assert git(repo, "show", f"{outcome.branch}:notes.txt") == "staged edit\nthen an unstaged one\n"
+    assert "scratch.py" not in git(repo, "ls-tree", "-r", "--name-only", outcome.branch).split()
+    assert outcome.untracked == ("scratch.py", "tests/test_scratch.py")
 
 
 def test_apply_writes_the_fix_into_the_working_tree_only(make_repo):

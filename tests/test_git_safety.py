@@ -75,15 +75,16 @@ def test_include_untracked_commits_them(make_repo, tmp_path):
     assert "notes.txt" in git(repo, "ls-tree", "-r", "--name-only", outcome.branch).split()
 
 
-def test_a_candidate_editing_an_untracked_file_is_refused(make_repo, tmp_path):
-    repo = make_repo(BUGGY_WINDOWS)
-    (repo / "helper.py").write_text("X = 1\n")
-    drafter = replay(tmp_path, {"description": "edit untracked", "files": {"helper.py": "X = 2\n"}})
-    outcome = fix(
-        repo, RunConfig(drafter=drafter, candidates=1, max_iterations=1), view=QuietView(notices=False)
-    )
-    [candidate] = [c for r in read_trace(outcome.trace) if r["type"] == "iteration" for c in r["candidates"]]
-    assert candidate["failed_stage"] == "policy" and "untracked" in candidate["reason"]
+def test_an_untracked_file_the_fix_edits_is_committed_with_the_fix_only(make_repo, tmp_path):
+    """In a repository with nothing committed yet, the fix is in an untracked file: that file goes on
+    the branch (the user would commit it), the other untracked files do not."""
+    repo = make_repo(BUGGY_WINDOWS, commit=False)
+    (repo / ".env").write_text("TOKEN=s3cret\n")
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = fix(repo, RunConfig(drafter=drafter, candidates=1), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    assert git(repo, "ls-tree", "-r", "--name-only", outcome.branch).split() == ["windows.py"]
+    assert git(repo, "show", f"{outcome.branch}:windows.py") == FIXED
 
 
 def test_ignored_files_are_never_committed(make_repo, tmp_path):
@@ -250,3 +251,32 @@ def test_resume_never_verifies_again_what_the_run_rejected(make_repo, tmp_path):
     ]
     assert verified.count("wrong") == 1  # the first segment's, never again
     assert second.result.outcome == "goal"
+
+
+def test_what_a_run_killed_with_sigkill_left_is_removed_by_the_next(make_repo, tmp_path):
+    import signal
+    import sys
+    import tempfile
+    import time
+
+    slow = {
+        **BUGGY_WINDOWS,
+        "tests/test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(30)\n",
+    }
+    repo = make_repo(slow)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--no-sandbox"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    left = Path(tempfile.gettempdir())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(left.glob(f"ralph-{proc.pid}-*/ws")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert list(left.glob(f"ralph-{proc.pid}-*")), "the run never made its workspace"
+    other = make_repo(BUGGY_WINDOWS, name="other")
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    fix(other, RunConfig(drafter=drafter, candidates=1, sandbox=False), view=QuietView(notices=False))
+    assert not list(left.glob(f"ralph-{proc.pid}-*"))

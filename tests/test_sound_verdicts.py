@@ -522,3 +522,30 @@ def test_a_ruff_version_pinned_by_pre_commit_that_is_not_the_one_used_is_said(ma
     drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
     outcome = run_fix(repo, drafter, max_iterations=1)
     assert any("pins 0.4.4 in .pre-commit-config.yaml" in line for line in outcome.notices)
+
+
+@needs_bwrap
+def test_a_sandboxed_worker_started_from_a_short_lived_thread_survives_it(tmp_path):
+    import threading
+
+    from sandboxes.bwrap import BwrapSandbox
+    from validators.pytest_run import PytestValidator
+    from validators.warm import WarmRunner
+
+    write_files(tmp_path / "p", {"tests/test_a.py": "def test_one():\n    pass\n"})
+    project = tmp_path / "p"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    toolchain = Toolchain(sys.executable, BwrapSandbox(project, writable=[scratch]), project, scratch=scratch)
+    warm = WarmRunner(toolchain)
+    stage = PytestValidator(toolchain, warm=warm)
+    results = []
+    try:
+        worker = threading.Thread(target=lambda: results.append(stage.check(Scope(timeout_s=60))))
+        worker.start()
+        worker.join()  # the thread that started the sandbox is gone...
+        time.sleep(0.5)
+        results.append(stage.check(Scope(timeout_s=60)))  # ...and the worker is still there
+    finally:
+        warm.close()
+    assert [r.error for r in results] == [None, None] and warm.starts == 1

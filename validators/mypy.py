@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 from ralph.protocols import Scope
-from sandboxes.local import child_env, kill_group, read_line
+from sandboxes.local import child_env, kill_group, popen_owned, read_line
 from validators.report import Diagnostic, StageResult
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -114,7 +114,7 @@ class MypyValidator:
         wrap = getattr(sandbox, "wrap", None)
         if wrap is not None:  # inside the sandbox: it reads the candidate's files, it executes none
             argv = wrap(argv, cwd=str(self.toolchain.project), env=env)
-        proc = subprocess.Popen(
+        proc = popen_owned(
             argv,
             cwd=self.toolchain.project,
             env=env,

@@ -83,14 +83,12 @@ class Verifier:
         warm: bool = True,
         only: tuple[str, ...] | None = None,
         test_timeout_s: float = 60.0,
-        uncommitted: frozenset[str] = frozenset(),
     ) -> None:
         self.toolchain = toolchain
         self.cache_dir = coverage_cache
         self.targets = targets
         self.protected = protected
         self.only = only  # when set, edits outside these files are refused
-        self.uncommitted = uncommitted  # untracked files the tests use but the branch leaves out
         self.plugin_files = plugin_files(toolchain.project)  # type-checker plugins: never edited
         # The workspace is ours: the bytecode of a compiled candidate can serve the tests' imports.
         self.syntax = SyntaxValidator(toolchain, write_bytecode=toolchain.reads_our_bytecode)
@@ -258,13 +256,6 @@ class Verifier:
             return VerifyReport(
                 False,
                 f"edits to how the project is checked are not allowed: {', '.join(configs)}",
-                failed_stage="policy",
-            )
-        if untracked := [p for p in paths if p in self.uncommitted]:
-            return VerifyReport(
-                False,
-                f"{', '.join(untracked)} is untracked and stays out of the ralph branch; "
-                "edit tracked files (or run with --include-untracked)",
                 failed_stage="policy",
             )
         outside = [p for p in paths if self.only is not None and p not in self.only]

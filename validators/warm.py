@@ -17,7 +17,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from sandboxes.local import ProcessResult, ScratchDir, child_env, kill_group, read_capped, read_line
+from sandboxes.local import (
+    ProcessResult,
+    ScratchDir,
+    child_env,
+    kill_group,
+    popen_owned,
+    read_capped,
+    read_line,
+)
 from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -51,7 +59,7 @@ class WarmRunner:
         wrap = getattr(self.toolchain.sandbox, "wrap", None)
         if wrap is not None:  # the worker, and every test it forks, runs inside the sandbox
             argv = wrap(argv, cwd=str(self.toolchain.project), env=env)
-        proc = subprocess.Popen(
+        proc = popen_owned(
             argv,
             cwd=self.toolchain.project,
             env=env,
