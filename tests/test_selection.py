@@ -101,3 +101,22 @@ def test_the_words_of_a_change_are_its_names_and_its_functions():
     assert {"strptime", "text", "TABLE", "quiz", "oxen"} <= set(words)
     assert {"six_moves_urllib_parse", "urllib_parse", "six_moves"} <= set(words)
     assert not {"return", "def", "Y", "y"} & set(words)
+
+
+def test_remapping_coverage_after_an_edit_in_a_huge_module_takes_time_proportional_to_the_change():
+    import time
+
+    before = "".join(f"x{i} = {i}\n" for i in range(120_000))
+    after = before.replace("x60000 = 60000\n", "x60000 = 60000\nnew = 1\n")
+    coverage = {"t::a": {"m.py": [1, 60000, 60001, 119_999]}}
+    start = time.perf_counter()
+    remapped = remap_coverage(coverage, (FileChange("m.py", before, after),))
+    assert time.perf_counter() - start < 2.0  # a whole-file diff took more than ten minutes
+    assert remapped["t::a"]["m.py"] == [1, 60000, 60001, 120_000]
+
+
+def test_remapping_matches_a_whole_file_diff_on_a_multi_region_edit():
+    before = "".join(f"l{i}\n" for i in range(1, 21))
+    after = before.replace("l3\n", "l3a\nl3b\n").replace("l15\n", "")
+    remapped = remap_coverage({"t": {"m.py": list(range(1, 21))}}, (FileChange("m.py", before, after),))
+    assert remapped["t"]["m.py"] == list(range(1, 21))  # every new line covered, none beyond the file

@@ -552,23 +552,44 @@ def _load_json(path: Path) -> CoverageMap | None:
 def remap_coverage(coverage: CoverageMap, changes: tuple[FileChange, ...]) -> CoverageMap:
     """Coverage with line numbers moved to where an accepted edit put them; a covered line inside a
     replaced region marks the whole new region as covered (conservative for test selection)."""
-    maps = {c.path: _line_map(c) for c in changes if c.before is not None and c.after is not None}
+    maps = {c.path: _LineMap(c) for c in changes if c.before is not None and c.after is not None}
     if not maps:
         return coverage
     remapped: CoverageMap = {}
     for test, files in coverage.items():
         remapped[test] = {
-            path: sorted({n for line in lines for n in maps[path].get(line, ())}) if path in maps else lines
+            path: sorted({n for line in lines for n in maps[path](line)}) if path in maps else lines
             for path, lines in files.items()
         }
     return remapped
 
 
-def _line_map(change: FileChange) -> dict[int, tuple[int, ...]]:
-    before = (change.before or "").splitlines()
-    after = (change.after or "").splitlines()
-    mapping: dict[int, tuple[int, ...]] = {}
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        for k, old in enumerate(range(i1, i2)):
-            mapping[old + 1] = (j1 + k + 1,) if tag == "equal" else tuple(range(j1 + 1, j2 + 1))
-    return mapping
+class _LineMap:
+    """Old line number -> new line numbers for one edit. The lines the edit kept before and after
+    its changed region map by offset; only that region is diffed, so an accepted one-line edit in a
+    120,000-line module costs a prefix/suffix scan, not a whole-file diff."""
+
+    def __init__(self, change: FileChange) -> None:
+        before = (change.before or "").splitlines()
+        after = (change.after or "").splitlines()
+        limit = min(len(before), len(after))
+        head = 0
+        while head < limit and before[head] == after[head]:
+            head += 1
+        tail = 0
+        while tail < limit - head and before[-1 - tail] == after[-1 - tail]:
+            tail += 1
+        self.head, self.old_end, self.delta = head, len(before) - tail, len(after) - len(before)
+        self.middle: dict[int, tuple[int, ...]] = {}
+        old, new = before[head : len(before) - tail], after[head : len(after) - tail]
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            for k, i in enumerate(range(i1, i2)):
+                span = (head + j1 + k + 1,) if tag == "equal" else tuple(range(head + j1 + 1, head + j2 + 1))
+                self.middle[head + i + 1] = span
+
+    def __call__(self, line: int) -> tuple[int, ...]:
+        if line <= self.head:
+            return (line,)
+        if line > self.old_end:
+            return (line + self.delta,)
+        return self.middle.get(line, ())
