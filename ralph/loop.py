@@ -199,7 +199,12 @@ class Loop:
             project=self.workspace.project,
             state_id=state_id,
             failing_tests=failing,
-            diagnostics=tuple(d for ds in state.diagnostics.values() for d in ds),
+            diagnostics=tuple(
+                d
+                for ds in state.diagnostics.values()
+                for d in ds
+                if self.verifier.only is None or d.path in self.verifier.only
+            ),
             failing_checks=tuple(c for c, r in state.checks.items() if not r.passed),
             suspicious=tuple(suspicious),
             rejected=frozenset(memory.rejected),

@@ -98,11 +98,21 @@ def _unfixed(baseline: Observation, state: Observation) -> list[str]:
 _DODGES = frozenset({"skipped", "xfailed"})
 
 
-def score(baseline: Observation, state: Observation, targets: frozenset[str] | None = None) -> Score:
-    """Score `state` against the goal: target tests pass, nothing regressed, no new diagnostics."""
+def score(
+    baseline: Observation,
+    state: Observation,
+    targets: frozenset[str] | None = None,
+    strict_paths: frozenset[str] = frozenset(),
+) -> Score:
+    """Score `state` against the goal: target tests pass, nothing regressed, no new diagnostics (and
+    none at all in `strict_paths`: the files a pre-commit hook was given)."""
     failing = _unfixed(baseline, state)
     baseline_passing = baseline.passing_tests()
-    new_diags = state.diagnostic_keys() - baseline.diagnostic_keys()
+    known = baseline.diagnostic_keys()
+    for key in list(known):
+        if key[1] in strict_paths:
+            del known[key]
+    new_diags = state.diagnostic_keys() - known
     return Score(
         failing_targets=tuple(t for t in failing if _is_target(t, targets)),
         regressions=tuple(

@@ -57,3 +57,20 @@ def test_check_passes_clean_files_and_leaves_no_caches(make_repo):
     proc = run_ralph("precommit", "calc.py", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert git(repo, "status", "--porcelain", "--ignored") == ""
+
+
+def test_fix_judges_what_check_judges_and_lints_only_the_staged_files(make_repo):
+    files = {
+        "calc.py": "import os\n\n\ndef double(x):\n    return x * 2\n",
+        "other.py": "import sys\n",  # not given to the hook: never touched
+        "test_calc.py": BUGGY["test_calc.py"],
+    }
+    repo = make_repo(files, commit=False)
+    git(repo, "add", "-A")
+    check = run_ralph("precommit", "--check", "calc.py", cwd=repo)
+    assert check.returncode == 1 and "F401" in check.stderr
+    fixed = run_ralph("precommit", "--fix", "calc.py", cwd=repo)
+    assert fixed.returncode == 1, fixed.stderr  # fixed: review and re-stage
+    assert (repo / "calc.py").read_text().lstrip("\n") == "def double(x):\n    return x * 2\n"
+    assert (repo / "other.py").read_text() == "import sys\n"
+    assert run_ralph("precommit", "--check", "calc.py", cwd=repo).returncode == 0

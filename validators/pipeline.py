@@ -225,7 +225,7 @@ class Verifier:
             self.mypy = None
 
     def score(self, obs: Observation) -> Score:
-        return score(self.baseline_obs, obs, self.targets)
+        return score(self.baseline_obs, obs, self.targets, frozenset(self.only or ()))
 
     def verify(self, candidate: Candidate, current: Observation, reset: Reset | None = None) -> VerifyReport:
         """Verify a candidate already applied to the workspace against the `current` state. `reset`
