@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ralph.candidate import FileChange
 from ralph.errors import GitError, RalphError
-from ralph.gitops import Snapshot, commit_changes, read_blob, run_git, set_branch
+from ralph.gitops import Snapshot, commit_changes, read_blob, run_git, set_branch, working_bytes
+
+Encode = Callable[[str, str], bytes]
 
 
 class RalphBranch:
@@ -21,17 +23,19 @@ class RalphBranch:
     def _full(self, path: str) -> str:
         return f"{self.snap.subdir}/{path}" if self.snap.subdir else path
 
-    def commit(self, changes: Sequence[FileChange], message: str) -> str:
+    def commit(self, changes: Sequence[FileChange], message: str, encode: Encode | None = None) -> str:
         """`prepare` then `advance`."""
-        commit = self.prepare(changes, message)
+        commit = self.prepare(changes, message, encode)
         self.advance(commit)
         return commit
 
-    def prepare(self, changes: Sequence[FileChange], message: str) -> str:
+    def prepare(self, changes: Sequence[FileChange], message: str, encode: Encode | None = None) -> str:
         """The commit of these changes on top of the tip, as an object only: no ref moves yet (the
-        trace records it first, so the branch is never ahead of the trace)."""
+        trace records it first, so the branch is never ahead of the trace). `encode` turns a
+        change's text into the file's bytes (the workspace's, which keep its line endings)."""
         parent = self.tip or self.snap.commit
-        files = {self._full(c.path): c.after for c in changes}
+        to_bytes = encode or (lambda _path, text: text.encode("utf-8"))
+        files = {self._full(c.path): None if c.after is None else to_bytes(c.path, c.after) for c in changes}
         return commit_changes(self.snap.toplevel, parent, files, message)
 
     def advance(self, commit: str) -> None:
@@ -62,7 +66,7 @@ class RalphBranch:
         moved = [
             path
             for path in changed
-            if _read(self.snap.toplevel / path) != read_blob(self.snap.toplevel, self.snap.commit, path)
+            if _read(self.snap.toplevel / path) != working_bytes(self.snap.toplevel, self.snap.commit, path)
         ]
         if moved:
             raise RalphError(
@@ -71,20 +75,21 @@ class RalphBranch:
             )
         for path, content in changed.items():
             target = self.snap.toplevel / path
-            if content is None:
+            data = working_bytes(self.snap.toplevel, self.tip or "", path) if content is not None else None
+            if data is None:
                 target.unlink(missing_ok=True)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.with_name(f".{target.name}.ralph-tmp")
-                tmp.write_text(content, encoding="utf-8", newline="")
+                tmp.write_bytes(data)
                 if target.exists():
                     tmp.chmod(target.stat().st_mode)
                 tmp.replace(target)
         return sorted(changed)
 
 
-def _read(file: Path) -> str | None:
+def _read(file: Path) -> bytes | None:
     try:
-        return file.read_text(encoding="utf-8")
+        return file.read_bytes()
     except FileNotFoundError:
         return None

@@ -18,7 +18,9 @@ import git
 
 from ralph.errors import GitError, RalphError
 
-SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false")
+# The user's own line-ending settings (core.autocrlf, .gitattributes eol) apply, as in their git: the
+# workspace gets the working tree's bytes and commits are normalized as theirs would be.
+SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 IDENTITY = {
     "GIT_AUTHOR_NAME": "ralph",
     "GIT_AUTHOR_EMAIL": "ralph@localhost",
@@ -29,6 +31,13 @@ IDENTITY = {
 
 def run_git(repo: Path, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None) -> str:
     """Run one git command in `repo` with ralph's safe configuration; raise GitError on failure."""
+    return run_git_bytes(repo, *args, env=env, input=input).decode(errors="replace")
+
+
+def run_git_bytes(
+    repo: Path, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
+) -> bytes:
+    """`run_git`, its output as bytes (file contents)."""
     full_env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     proc = subprocess.run(
         ["git", *SAFE_CONFIG, *args], cwd=repo, env=full_env, input=input, capture_output=True, check=False
@@ -38,7 +47,7 @@ def run_git(repo: Path, *args: str, env: Mapping[str, str] | None = None, input:
         # git's first line says what failed (a lock file, say), its last what to do.
         said = " ".join(dict.fromkeys([message[0], message[-1]])) if message else str(proc.returncode)
         raise GitError(f"git {args[0]} failed: {said}")
-    return proc.stdout.decode(errors="replace")
+    return proc.stdout
 
 
 @dataclass(frozen=True)
@@ -165,15 +174,17 @@ def materialize(snap: Snapshot, dest: Path) -> None:
         run_git(snap.toplevel, "checkout-index", "-a", "-f", f"--prefix={dest}/", env=env)
 
 
-def commit_changes(toplevel: Path, parent: str, changes: Mapping[str, str | None], message: str) -> str:
-    """A new commit on top of `parent` with `changes` (toplevel-relative path -> content, None deletes)."""
+def commit_changes(toplevel: Path, parent: str, changes: Mapping[str, bytes | None], message: str) -> str:
+    """A new commit on top of `parent` with `changes` (toplevel-relative path -> the file's bytes as
+    the working tree has them, None deletes), stored as `git add` would (line endings normalized
+    where the user's settings say so)."""
     with temporary_index(toplevel) as env:
         run_git(toplevel, "read-tree", parent, env=env)
         for path, content in changes.items():
             if content is None:
                 run_git(toplevel, "update-index", "--force-remove", "--", path, env=env)
                 continue
-            blob = run_git(toplevel, "hash-object", "-w", "--stdin", input=content.encode()).strip()
+            blob = run_git(toplevel, "hash-object", "-w", f"--path={path}", "--stdin", input=content).strip()
             mode = _mode(toplevel, parent, path)
             run_git(toplevel, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
         tree = run_git(toplevel, "write-tree", env=env).strip()
@@ -213,6 +224,15 @@ def exclude_ralph_dir(toplevel: Path) -> None:
         exclude.parent.mkdir(parents=True, exist_ok=True)
         with exclude.open("a") as f:
             f.write(("" if text.endswith("\n") or not text else "\n") + "/.ralph/\n")
+
+
+def working_bytes(toplevel: Path, commit: str, path: str) -> bytes | None:
+    """A file at `commit` as the working tree would hold it (line endings converted as the user's
+    settings say), or None when it does not exist there."""
+    try:
+        return run_git_bytes(toplevel, "cat-file", "--filters", f"{commit}:{path}")
+    except GitError:
+        return None
 
 
 def read_blob(toplevel: Path, commit: str, path: str) -> str | None:

@@ -106,7 +106,9 @@ class Loop:
                             message += "Amended: ruff's safe fixes applied to the edited files\n"
                         state, result.remaining = report.observation, report.score.remaining
                         result.accepted += 1
-                        pending = self.branch.prepare(report.changes or candidate.changes, message)
+                        pending = self.branch.prepare(
+                            report.changes or candidate.changes, message, self.workspace.encode
+                        )
                         break
                     memory.reject(candidate, report)
                 result.iterations += 1

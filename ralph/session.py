@@ -25,6 +25,7 @@ from ralph.gitops import (
     run_git,
     set_branch,
     snapshot,
+    working_bytes,
 )
 from ralph.loop import Budget, Loop, RunResult, View
 from ralph.protocols import Sandbox
@@ -74,15 +75,17 @@ def _finish_advance(toplevel: Path, branch: str, current: str | None, tip: str |
     return True
 
 
-def _overlay(root: Path, files: dict[str, str | None]) -> None:
-    """Write toplevel-relative `files` (None deletes) into a fresh workspace copy."""
-    for path, content in files.items():
+def _overlay(root: Path, snap: Snapshot, tip: str) -> None:
+    """Write what the branch changed up to `tip` into a fresh workspace copy, as working-tree bytes."""
+    names = run_git(snap.toplevel, "diff", "--name-only", "-z", snap.commit, tip)
+    for path in (p for p in names.split("\0") if p):
         target = root / path
-        if content is None:
+        data = working_bytes(snap.toplevel, tip, path)
+        if data is None:
             target.unlink(missing_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8", newline="")
+            target.write_bytes(data)
 
 
 def new_run_id() -> str:
@@ -224,7 +227,7 @@ def fix(
         materialize(snap, tmp / "ws")  # tracked and untracked files, as the tests see them
         workspace = Workspace(tmp / "ws", snap.subdir)
         if resume is not None and resume.tip:  # and what the run accepted before it stopped
-            _overlay(tmp / "ws", RalphBranch(snap, branch_name, tip=resume.tip).changed())
+            _overlay(tmp / "ws", snap, resume.tip)
         scratch, cache = tmp / "scratch", tmp / "cache"
         scratch.mkdir()
         cache.mkdir()

@@ -91,16 +91,23 @@ def stat_and_read_beneath(
 
 
 def read_text_beneath(root: Path, path: str) -> str | None:
-    """`read_beneath` decoded as UTF-8 with universal newlines (as drafters read source); None when
-    it cannot be read safely or is not UTF-8."""
+    """`read_beneath` decoded as UTF-8 with universal newlines and without a byte-order mark (as
+    drafters read source; `Workspace.encode` puts both back); None when it cannot be read safely or
+    is not UTF-8."""
     data = read_beneath(root, path)
-    if data is None:
-        return None
+    return None if data is None else as_text(data)
+
+
+def as_text(data: bytes) -> str | None:
+    """A file's bytes as drafters see them: UTF-8, `\n` line ends, no byte-order mark."""
     try:
-        text = data.decode("utf-8")
+        text = data.removeprefix(_BOM).decode("utf-8")
     except UnicodeDecodeError:
         return None
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_BOM = b"\xef\xbb\xbf"
 
 
 def write_beneath(root: Path, path: str, data: bytes, *, mode: int | None = None) -> os.stat_result:
@@ -164,6 +171,8 @@ class Workspace:
         # then a process may have read what a candidate's tests wrote (see `take_foreign`).
         self._foreign = False
         self._own: set[tuple[str, ...]] = set()
+        # Each file's line endings and byte-order mark as first seen: kept on every write.
+        self._style: dict[str, tuple[bool, bool]] = {}
         self._pristine = self.root.with_name(self.root.name + ".accepted")
 
     def resolve(self, path: str) -> Path:
@@ -182,7 +191,10 @@ class Workspace:
         data = read_beneath(self.project, path)
         if data is None:
             return None
-        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        text = as_text(data)
+        if text is None:
+            raise UnicodeDecodeError("utf-8", data, 0, 1, f"{path} is not UTF-8 text")
+        return text
 
     def apply(self, changes: Sequence[FileChange]) -> None:
         """Write every change's `after`, all or nothing: paths are checked before anything is written,
@@ -205,6 +217,25 @@ class Workspace:
             with contextlib.suppress(OSError, UnsafePath):
                 self._write(change.path, change.before)
 
+    def encode(self, path: str, content: str) -> bytes:
+        """`content` (text as drafters see it: `\n` line ends, no byte-order mark) as the file's
+        bytes, with the line endings and byte-order mark it had when ralph first saw it."""
+        rel = self._rel(path)
+        if rel not in self._style:
+            first = read_beneath(self._pristine if self._state is not None else self.root, rel)
+            if first is None and self._state is not None:
+                first = read_beneath(self.root, rel)
+            first = first or b""
+            crlf = b"\r\n" in first and first.count(b"\n") == first.count(b"\r\n")
+            self._style[rel] = (crlf, first.startswith(_BOM))
+        crlf, bom = self._style[rel]
+        data = content.removeprefix("\ufeff").encode("utf-8")
+        return (_BOM if bom else b"") + (data.replace(b"\n", b"\r\n") if crlf else data)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """A project file's bytes (None when missing or unsafe)."""
+        return read_beneath(self.project, path)
+
     def _rel(self, path: str) -> str:
         return f"{self.subdir}/{path}" if self.subdir else path
 
@@ -221,7 +252,7 @@ class Workspace:
         if old is not None and not stat.S_ISREG(old.st_mode):
             raise UnsafePath(f"{path}: not a regular file")
         mode = stat.S_IMODE(old.st_mode) if old else None
-        write_beneath(self.root, rel, content.encode("utf-8"), mode=mode)
+        write_beneath(self.root, rel, self.encode(path, content), mode=mode)
         # Python's bytecode cache trusts (mtime in whole seconds, size): two same-size edits within a
         # second would reuse stale bytecode. Each write gets a later whole second than the last one.
         last = self._mtimes.get(rel, int(old.st_mtime) if old else 0)
@@ -258,7 +289,7 @@ class Workspace:
                 continue
             previous = self._pristine.joinpath(*parts)
             mode = stat.S_IMODE(previous.lstat().st_mode) if previous.is_file() else None
-            written = write_beneath(self._pristine, rel, change.after.encode("utf-8"), mode=mode)
+            written = write_beneath(self._pristine, rel, self.encode(change.path, change.after), mode=mode)
             ns = self._mtimes.get(rel, int(written.st_mtime)) * 1_000_000_000
             os.utime(previous, ns=(ns, ns))
             self._state[parts] = _Entry("file", (-1,))  # never matches: rewritten from the copy

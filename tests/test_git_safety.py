@@ -280,3 +280,47 @@ def test_what_a_run_killed_with_sigkill_left_is_removed_by_the_next(make_repo, t
     drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
     fix(other, RunConfig(drafter=drafter, candidates=1, sandbox=False), view=QuietView(notices=False))
     assert not list(left.glob(f"ralph-{proc.pid}-*"))
+
+
+CRLF_TESTS = BUGGY_WINDOWS["tests/test_windows.py"]
+
+
+def _crlf_repo(make_repo, autocrlf: bool):
+    repo = make_repo(
+        {"tests/test_windows.py": CRLF_TESTS, "pyproject.toml": BUGGY_WINDOWS["pyproject.toml"]}, commit=False
+    )
+    if autocrlf:
+        git(repo, "config", "core.autocrlf", "true")
+    (repo / "windows.py").write_bytes(BUGGY_WINDOWS["windows.py"].replace("\n", "\r\n").encode())
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "crlf")
+    return repo
+
+
+def test_a_fix_in_a_crlf_file_changes_one_line_and_applies_to_a_clean_tree(make_repo):
+    repo = _crlf_repo(make_repo, autocrlf=False)
+    outcome = fix(repo, RunConfig(), view=QuietView(notices=False), apply=True)
+    assert outcome.result.outcome == "goal" and outcome.applied == ["windows.py"], outcome
+    assert git(repo, "diff", "--numstat", "main", outcome.branch).split()[:2] == ["1", "1"]
+    assert (repo / "windows.py").read_bytes() == FIXED.replace("\n", "\r\n").encode()
+
+
+def test_a_fix_under_autocrlf_is_normalized_on_the_branch_and_crlf_in_the_tree(make_repo):
+    repo = _crlf_repo(make_repo, autocrlf=True)
+    assert git(repo, "show", "main:windows.py") == BUGGY_WINDOWS["windows.py"]  # stored with LF
+    outcome = fix(repo, RunConfig(), view=QuietView(notices=False), apply=True)
+    assert outcome.result.outcome == "goal" and outcome.applied == ["windows.py"], outcome
+    assert git(repo, "show", f"{outcome.branch}:windows.py") == FIXED
+    assert git(repo, "diff", "--numstat", "main", outcome.branch).split()[:2] == ["1", "1"]
+    assert (repo / "windows.py").read_bytes() == FIXED.replace("\n", "\r\n").encode()
+
+
+def test_a_file_without_a_final_newline_and_with_a_bom_keeps_both(make_repo, tmp_path):
+    source = "\ufeff" + BUGGY_WINDOWS["windows.py"].rstrip("\n")
+    repo = make_repo({**BUGGY_WINDOWS, "windows.py": source})
+    outcome = fix(repo, RunConfig(), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    committed = subprocess.run(
+        ["git", "show", f"{outcome.branch}:windows.py"], cwd=repo, capture_output=True, check=True
+    ).stdout
+    assert committed == ("\ufeff" + FIXED.rstrip("\n")).encode()
