@@ -108,9 +108,14 @@ def trace_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
-    """Statistics of one run from its records (a killed run has no run_end: outcome 'unfinished')."""
-    start = next((r for r in records if r.get("type") == "run_start"), {})
-    end = next((r for r in records if r.get("type") == "run_end"), {})
+    """Statistics of one run from its records (a killed run has no run_end: outcome 'unfinished').
+    A resumed run has several segments (a run_start each): the outcome is the last segment's, the
+    counts, times and cost are summed over all of them."""
+    starts = [i for i, r in enumerate(records) if r.get("type") == "run_start"] or [0]
+    start = records[starts[0]] if records and records[starts[0]].get("type") == "run_start" else {}
+    last_segment = records[starts[-1] :]
+    ends = [r for r in records if r.get("type") == "run_end"]
+    end: dict[str, Any] = next((r for r in reversed(last_segment) if r.get("type") == "run_end"), {})
     iterations = [r for r in records if r.get("type") == "iteration"]
     green = next((r for r in iterations if r.get("remaining_after") == 0), None)
     last_elapsed = iterations[-1].get("elapsed_s", 0.0) if iterations else 0.0
@@ -131,10 +136,12 @@ def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
             "remaining", iterations[0]["remaining_before"] if iterations else None
         ),
         remaining=end.get("remaining", iterations[-1]["remaining_after"] if iterations else None),
-        wall_s=float(end.get("wall_s", last_elapsed)),
+        wall_s=float(sum(float(e.get("wall_s") or 0.0) for e in ends) if end else last_elapsed),
         time_to_green_s=green.get("elapsed_s") if green else None,
         escalations=escalations,
-        cost_usd=float(end.get("cost_usd") or 0.0),
+        cost_usd=float(end.get("cost_usd") or 0.0)
+        if end
+        else sum(float(r.get("cost_usd") or 0.0) for r in iterations),
         draft_s=sum(r.get("draft_ms", 0.0) for r in iterations) / 1000,
         verify_s=sum(r.get("verify_ms", 0.0) for r in iterations) / 1000,
         overhead_s=sum(r.get("overhead_ms", 0.0) for r in iterations) / 1000,

@@ -324,3 +324,31 @@ def test_a_file_without_a_final_newline_and_with_a_bom_keeps_both(make_repo, tmp
         ["git", "show", f"{outcome.branch}:windows.py"], cwd=repo, capture_output=True, check=True
     ).stdout
     assert committed == ("\ufeff" + FIXED.rstrip("\n")).encode()
+
+
+def test_report_on_a_resumed_trace_gives_the_last_segments_outcome_and_totals(tmp_path):
+    from ralph.report import run_stats
+
+    def iteration(i: int, before: int, after: int) -> dict:
+        return {
+            "type": "iteration",
+            "i": i,
+            "drafter": "mutation",
+            "remaining_before": before,
+            "remaining_after": after,
+            "candidates": [{}],
+            "draft_ms": 1.0,
+            "verify_ms": 10.0,
+        }
+
+    records = [
+        {"type": "run_start", "run_id": "r", "baseline": {"remaining": 2}},
+        iteration(1, 2, 1),
+        {"type": "run_end", "outcome": "interrupted", "wall_s": 5.0, "remaining": 1},
+        {"type": "run_start", "run_id": "r", "baseline": {"remaining": 1}, "resumed_after": 1},
+        iteration(2, 1, 0),
+        {"type": "run_end", "outcome": "goal", "wall_s": 3.0, "remaining": 0},
+    ]
+    stats = run_stats(records)
+    assert (stats.outcome, stats.iterations, stats.accepted, stats.remaining_at_start) == ("goal", 2, 2, 2)
+    assert stats.wall_s == 8.0 and stats.remaining == 0
