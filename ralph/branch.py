@@ -7,7 +7,16 @@ from pathlib import Path
 
 from ralph.candidate import FileChange
 from ralph.errors import GitError, RalphError
-from ralph.gitops import Snapshot, commit_changes, read_blob, run_git, set_branch, working_bytes
+from ralph.gitops import (
+    Snapshot,
+    commit_changes,
+    read_blob,
+    run_git,
+    same_as_stored,
+    set_branch,
+    working_bytes,
+)
+from sandboxes.workspace import UnsafePath, as_text, encode_like
 
 Encode = Callable[[str, str], bytes]
 
@@ -42,9 +51,10 @@ class RalphBranch:
         """Point the branch at `commit` (made by `prepare`), only if it is still where we left it."""
         try:
             set_branch(self.snap.toplevel, self.name, commit, self.tip)
-        except GitError as exc:
+        except GitError:
             lock = f"refs/heads/{self.name}.lock"
-            if "lock" in str(exc).lower():
+            where = Path(run_git(self.snap.toplevel, "rev-parse", "--git-path", lock).strip())
+            if (where if where.is_absolute() else self.snap.toplevel / where).exists():
                 raise GitError(
                     f"cannot move branch {self.name}: {lock} exists (another git command, or one that "
                     "crashed); if no git is running, delete it and resume with `ralph fix --resume`"
@@ -63,10 +73,11 @@ class RalphBranch:
         """Write the branch's changes into the user's working tree (not the index), only where the
         files are still as they were at the snapshot; otherwise change nothing and raise."""
         changed = self.changed()
+        # Against the workspace's starting files (untracked ones included), as `git status` judges.
         moved = [
             path
             for path in changed
-            if _read(self.snap.toplevel / path) != working_bytes(self.snap.toplevel, self.snap.commit, path)
+            if not same_as_stored(self.snap.toplevel, self.snap.toplevel / path, self.snap.files_tree, path)
         ]
         if moved:
             raise RalphError(
@@ -75,7 +86,15 @@ class RalphBranch:
             )
         for path, content in changed.items():
             target = self.snap.toplevel / path
-            data = working_bytes(self.snap.toplevel, self.tip or "", path) if content is not None else None
+            data = None
+            if content is not None:  # the fix, with the line endings the user's file has
+                current = _read(target)
+                fixed = working_bytes(self.snap.toplevel, self.tip or "", path)
+                text = as_text(fixed) if fixed is not None else None
+                try:
+                    data = encode_like(text, current) if current is not None and text is not None else fixed
+                except UnsafePath:  # mixed line endings in the user's file: git's own conversion
+                    data = fixed
             if data is None:
                 target.unlink(missing_ok=True)
             else:

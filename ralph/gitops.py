@@ -184,11 +184,22 @@ def commit_changes(toplevel: Path, parent: str, changes: Mapping[str, bytes | No
             if content is None:
                 run_git(toplevel, "update-index", "--force-remove", "--", path, env=env)
                 continue
-            blob = run_git(toplevel, "hash-object", "-w", f"--path={path}", "--stdin", input=content).strip()
+            # As `git add` would store it: the user's line-ending conversion for this path, except
+            # where the stored file already has CRs (git's "safer autocrlf" leaves those as they are).
+            stored = _blob(toplevel, parent, path)
+            keep = ["--no-filters"] if stored is not None and b"\r" in stored else [f"--path={path}"]
+            blob = run_git(toplevel, "hash-object", "-w", *keep, "--stdin", input=content).strip()
             mode = _mode(toplevel, parent, path)
             run_git(toplevel, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
         tree = run_git(toplevel, "write-tree", env=env).strip()
     return run_git(toplevel, "commit-tree", tree, "-p", parent, "-m", message, env=IDENTITY).strip()
+
+
+def _blob(toplevel: Path, commit: str, path: str) -> bytes | None:
+    try:
+        return run_git_bytes(toplevel, "cat-file", "blob", f"{commit}:{path}")
+    except GitError:
+        return None
 
 
 def _mode(toplevel: Path, commit: str, path: str) -> str:
@@ -233,6 +244,21 @@ def working_bytes(toplevel: Path, commit: str, path: str) -> bytes | None:
         return run_git_bytes(toplevel, "cat-file", "--filters", f"{commit}:{path}")
     except GitError:
         return None
+
+
+def same_as_stored(toplevel: Path, file: Path, treeish: str, path: str) -> bool:
+    """Whether the working-tree `file` is what `treeish` stores at `path`, judged as `git status`
+    judges it (the file hashed through the user's line-ending conversion)."""
+    try:
+        stored = run_git(toplevel, "rev-parse", "--verify", "-q", f"{treeish}:{path}").strip()
+    except GitError:
+        return not file.exists() and not file.is_symlink()
+    if not file.is_file() or file.is_symlink():
+        return False
+    data = file.read_bytes()
+    hashes = {run_git(toplevel, "hash-object", f"--path={path}", "--stdin", input=data).strip()}
+    hashes.add(run_git(toplevel, "hash-object", "--no-filters", "--stdin", input=data).strip())
+    return stored in hashes
 
 
 def read_blob(toplevel: Path, commit: str, path: str) -> str | None:

@@ -32,7 +32,7 @@ from ralph.protocols import Sandbox
 from ralph.score import Observation
 from ralph.trace import TraceWriter, read_trace
 from router import create_router
-from sandboxes import require_sandbox, select_sandbox, sweep_stale
+from sandboxes import hold_owner_lock, require_sandbox, select_sandbox, sweep_stale
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
@@ -148,7 +148,10 @@ def load_resume(path: Path, run_id: str) -> Resume:
     return Resume(
         run_id=run_id,
         trace=trace,
-        config=RunConfig.model_validate(start["config"]),
+        # The latest segment's settings (a resume may have raised a budget); the first's baseline.
+        config=RunConfig.model_validate(
+            next(r["config"] for r in reversed(records) if r["type"] == "run_start" and "config" in r)
+        ),
         snap=Snapshot(
             toplevel,
             start.get("base_commit"),
@@ -219,6 +222,7 @@ def fix(
     project_dir = snap.toplevel / snap.subdir
     sweep_stale()  # what a run killed with SIGKILL left
     tmp = Path(tempfile.mkdtemp(prefix=f"ralph-{os.getpid()}-"))
+    owner = hold_owner_lock(tmp)  # released (by the kernel, if need be) when this run ends
     trace = TraceWriter(trace_path)
     verifier: Verifier | None = None
     sandbox: Sandbox | None = None
@@ -360,7 +364,7 @@ def fix(
             applied,
             apply_refused=apply and bool(ralph_branch.tip) and not applied,
             notices=verifier.notices,
-            untracked=snap.untracked,
+            untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed()),
         )
     finally:
         if verifier is not None:
@@ -370,3 +374,4 @@ def fix(
                 close()
         trace.close()
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(owner)

@@ -46,6 +46,10 @@ class TraceWriter:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, start)
             raise TraceError(f"cannot write the trace {self.path}: {exc.strerror or exc}") from None
+        except BaseException:  # Ctrl-C between two partial writes: no torn record either
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise
 
     def _write(self, data: memoryview) -> int:
         written = os.write(self._fd, data)

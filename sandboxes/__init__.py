@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -44,17 +46,47 @@ def stale(names: Iterable[str]) -> list[str]:
     return found
 
 
+OWNER_LOCK = ".ralph-owner.lock"
+
+
+def hold_owner_lock(directory: Path) -> int:
+    """Mark `directory` as a live run's: a lock file inside it, locked for as long as the returned
+    descriptor stays open (the kernel drops it when the process dies, however it dies)."""
+    fd = os.open(directory / OWNER_LOCK, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
 def sweep_stale() -> None:
     """Remove what runs killed with SIGKILL left: their copies of the user's code in the temporary
-    directory and their cgroups (a leaked one once made a later start fail)."""
+    directory (only directories of ours, by name and owner, whose run's lock is free: a run in
+    another PID namespace sharing /tmp still holds its lock) and their cgroups (a leaked one once
+    made a later start fail)."""
     tmp = Path(tempfile.gettempdir())
     with contextlib.suppress(OSError):
-        for name in stale(os.listdir(tmp)):
-            if (tmp / name).is_dir() and not (tmp / name).is_symlink():
+        for name in os.listdir(tmp):
+            if _OURS.match(name) and _abandoned(tmp / name):
                 shutil.rmtree(tmp / name, ignore_errors=True)
     from sandboxes.bwrap import sweep_cgroups
 
     sweep_cgroups()
+
+
+def _abandoned(directory: Path) -> bool:
+    try:
+        info = directory.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return False
+        fd = os.open(directory / OWNER_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # no lock file: not a run directory of ours (or one from before locks)
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a live run holds it
+    finally:
+        os.close(fd)
+    return True
 
 
 def require_sandbox(enabled: bool) -> None:

@@ -229,7 +229,13 @@ def popen_owned(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
     def start() -> subprocess.Popen[Any]:
         return subprocess.Popen(list(argv), **kwargs)
 
-    return _OWNER.submit(start).result()
+    future = _OWNER.submit(start)
+    try:
+        return future.result()
+    except BaseException:  # Ctrl-C while it started: it must not run on unowned
+        with contextlib.suppress(BaseException):
+            kill_group(future.result(timeout=30))
+        raise
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:

@@ -110,6 +110,22 @@ def as_text(data: bytes) -> str | None:
 _BOM = b"\xef\xbb\xbf"
 
 
+def encode_like(content: str, original: bytes | None) -> bytes:
+    """`content` (text as drafters see it: `\n` line ends, no byte-order mark) as bytes with the
+    line endings and byte-order mark of `original`. A file with mixed or bare-CR line endings is
+    not rewritten (that would change every line of one kind): UnsafePath."""
+    first = original or b""
+    crlf, lf = first.count(b"\r\n"), first.count(b"\n")
+    if first.count(b"\r") != crlf or 0 < crlf < lf:
+        raise UnsafePath(
+            "the file has mixed line endings (CRLF and LF, or bare CR); ralph does not rewrite it"
+        )
+    data = content.removeprefix("\ufeff").encode("utf-8")
+    if crlf:
+        data = data.replace(b"\n", b"\r\n")
+    return (_BOM if first.startswith(_BOM) else b"") + data
+
+
 def write_beneath(root: Path, path: str, data: bytes, *, mode: int | None = None) -> os.stat_result:
     """Write `data` to `root/path` atomically (a new file renamed over the old), through no symlink."""
     parts = safe_parts(path)
@@ -171,8 +187,8 @@ class Workspace:
         # then a process may have read what a candidate's tests wrote (see `take_foreign`).
         self._foreign = False
         self._own: set[tuple[str, ...]] = set()
-        # Each file's line endings and byte-order mark as first seen: kept on every write.
-        self._style: dict[str, tuple[bool, bool]] = {}
+        # Each file's bytes as first seen: its line endings and byte-order mark are kept on every write.
+        self._first: dict[str, bytes | None] = {}
         self._pristine = self.root.with_name(self.root.name + ".accepted")
 
     def resolve(self, path: str) -> Path:
@@ -218,19 +234,14 @@ class Workspace:
                 self._write(change.path, change.before)
 
     def encode(self, path: str, content: str) -> bytes:
-        """`content` (text as drafters see it: `\n` line ends, no byte-order mark) as the file's
-        bytes, with the line endings and byte-order mark it had when ralph first saw it."""
+        """`content` as the file's bytes (`encode_like` the file as ralph first saw it)."""
         rel = self._rel(path)
-        if rel not in self._style:
+        if rel not in self._first:
             first = read_beneath(self._pristine if self._state is not None else self.root, rel)
             if first is None and self._state is not None:
                 first = read_beneath(self.root, rel)
-            first = first or b""
-            crlf = b"\r\n" in first and first.count(b"\n") == first.count(b"\r\n")
-            self._style[rel] = (crlf, first.startswith(_BOM))
-        crlf, bom = self._style[rel]
-        data = content.removeprefix("\ufeff").encode("utf-8")
-        return (_BOM if bom else b"") + (data.replace(b"\n", b"\r\n") if crlf else data)
+            self._first[rel] = first
+        return encode_like(content, self._first[rel])
 
     def read_bytes(self, path: str) -> bytes | None:
         """A project file's bytes (None when missing or unsafe)."""

@@ -352,3 +352,47 @@ def test_report_on_a_resumed_trace_gives_the_last_segments_outcome_and_totals(tm
     stats = run_stats(records)
     assert (stats.outcome, stats.iterations, stats.accepted, stats.remaining_at_start) == ("goal", 2, 2, 2)
     assert stats.wall_s == 8.0 and stats.remaining == 0
+
+
+def test_apply_writes_a_fix_into_an_untracked_file(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS, commit=False)
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = fix(repo, RunConfig(drafter=drafter, candidates=1), view=QuietView(notices=False), apply=True)
+    assert outcome.applied == ["windows.py"] and not outcome.apply_refused
+    assert (repo / "windows.py").read_text() == FIXED
+
+
+def test_a_file_with_mixed_line_endings_is_never_rewritten(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    mixed = BUGGY_WINDOWS["windows.py"].replace("\n", "\r\n", 1).encode()
+    (repo / "windows.py").write_bytes(mixed)
+    git(repo, "commit", "-qam", "mixed")
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    outcome = fix(
+        repo, RunConfig(drafter=drafter, candidates=1, max_iterations=1), view=QuietView(notices=False)
+    )
+    [candidate] = [c for r in read_trace(outcome.trace) if r["type"] == "iteration" for c in r["candidates"]]
+    assert candidate["failed_stage"] == "apply" and "mixed line endings" in candidate["reason"]
+    assert (repo / "windows.py").read_bytes() == mixed
+
+
+def test_the_sweep_removes_only_abandoned_run_directories_of_ours(tmp_path, monkeypatch):
+    import tempfile
+
+    from sandboxes import hold_owner_lock, sweep_stale
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    abandoned, live, foreign = (
+        tmp_path / "ralph-4194301-a",
+        tmp_path / "ralph-4194302-b",
+        tmp_path / "ralph-20240101-x",
+    )
+    for d in (abandoned, live, foreign):
+        d.mkdir()
+    os.close(hold_owner_lock(abandoned))  # its run died: the lock is free
+    held = hold_owner_lock(live)  # a run still going (in another PID namespace, say)
+    try:
+        sweep_stale()
+    finally:
+        os.close(held)
+    assert not abandoned.exists() and live.exists() and foreign.exists()
