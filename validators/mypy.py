@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 from ralph.protocols import Scope
-from sandboxes.local import child_env, kill_group, popen_owned, read_line
+from sandboxes.local import child_env, kill_group, read_line
 from validators.report import Diagnostic, StageResult
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -108,30 +108,10 @@ class MypyValidator:
         )
 
     def _start(self) -> subprocess.Popen[str] | None:
+        # Inside the sandbox (the workspace read-only): it reads the candidate's files, executes none.
         env = child_env(self.toolchain.python_env({"PYTHONPATH": ""}))
         argv = [self.toolchain.python, "-I", str(CHECKER)]
-        sandbox = self.toolchain.checker or self.toolchain.sandbox
-        wrap = getattr(sandbox, "wrap", None)
-        if wrap is not None:  # inside the sandbox: it reads the candidate's files, it executes none
-            argv = wrap(argv, cwd=str(self.toolchain.project), env=env)
-        proc = popen_owned(
-            argv,
-            cwd=self.toolchain.project,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        ready = read_line(proc, 120)
-        try:
-            if ready and json.loads(ready).get("ready"):
-                return proc
-        except ValueError:
-            pass
-        kill_group(proc)
-        return None
+        return self.toolchain.start_resident(argv, env, self.toolchain.checker)
 
     def _request(self, args: list[str], timeout_s: float) -> tuple[dict[str, object], str | None]:
         """One check by the resident checker (started or restarted as needed): its reply, or why

@@ -24,7 +24,7 @@ from ralph.score import Observation, Score, regressions, score
 from sandboxes.workspace import empty_dir, read_text_beneath
 from validators.command import CommandValidator
 from validators.mypy import MypyValidator, plugin_files
-from validators.policy import config_edits, harness_reach, shadowing
+from validators.policy import PYTEST_CONFIG_FILES, config_edits, harness_reach, shadowing
 from validators.pytest_run import PytestValidator
 from validators.report import StageResult, TestResult
 from validators.ruff import RuffValidator
@@ -203,7 +203,7 @@ class Verifier:
             rel = file.relative_to(project)
             if any(p.startswith(".") or p == "__pycache__" for p in rel.parts) or not file.is_file():
                 continue
-            if file.suffix in (".py", ".pyi") or file.name in _CONFIG_FILES:
+            if file.suffix in (".py", ".pyi") or file.name in PYTEST_CONFIG_FILES:
                 digest.update(rel.as_posix().encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
         return digest.hexdigest()[:24]
 
@@ -523,18 +523,6 @@ class _Stages:
 Reset = Callable[[Sequence[FileChange]], object]
 _FAILED_FIRST = 20
 _PROBE_S = 0.05
-_CONFIG_FILES = frozenset(
-    {
-        "pyproject.toml",
-        "setup.cfg",
-        "pytest.ini",
-        ".pytest.ini",
-        "pytest.toml",
-        ".pytest.toml",
-        "tox.ini",
-        "conftest.py",
-    }
-)
 
 
 def _is_under(nodeid: str, target: str) -> bool:

@@ -17,27 +17,32 @@ from pathlib import PurePosixPath
 
 from ralph.candidate import FileChange
 
-# Files whose contents decide how ralph's tools judge a candidate (or run before any of its code).
-CONFIG_FILES = frozenset(
+# Where pytest's configuration can come from (pyproject.toml: its [tool.pytest...] tables).
+PYTEST_CONFIG_FILES = frozenset(
     {
-        "ruff.toml",
-        ".ruff.toml",
-        "mypy.ini",
-        ".mypy.ini",
+        "conftest.py",
         "pytest.ini",
         ".pytest.ini",
         "pytest.toml",
         ".pytest.toml",
         "tox.ini",
         "setup.cfg",
-        "ralph.toml",
-        ".coveragerc",
-        ".pre-commit-config.yaml",
-        "sitecustomize.py",
-        "usercustomize.py",
-        "conftest.py",
+        "pyproject.toml",
     }
 )
+# Files whose contents decide how ralph's tools judge a candidate (or run before any of its code);
+# pyproject.toml is judged by its [tool] tables alone (`config_edits`).
+CONFIG_FILES = (PYTEST_CONFIG_FILES - {"pyproject.toml"}) | {
+    "ruff.toml",
+    ".ruff.toml",
+    "mypy.ini",
+    ".mypy.ini",
+    "ralph.toml",
+    ".coveragerc",
+    ".pre-commit-config.yaml",
+    "sitecustomize.py",
+    "usercustomize.py",
+}
 
 _HARNESS = re.compile(
     r"\b_pytest\b|\bralph_\w+|\bRALPH_\w+|\bsys\.modules\b|\bos\._exit\b|\bdef\s+pytest_\w+"

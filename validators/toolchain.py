@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from ralph.errors import RalphError
 from ralph.protocols import Sandbox
-from sandboxes.local import LocalSandbox, ProcessResult, Started
+from sandboxes.local import LocalSandbox, ProcessResult, Started, kill_group, popen_owned, read_line
 
 PLUGIN_DIR = Path(__file__).parent / "_plugin"
 
@@ -80,6 +82,33 @@ class Toolchain:
 
     def start_tool(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> Started:
         return self.tools.start(argv, cwd=str(self.project), env=env)
+
+    def start_resident(
+        self, argv: Sequence[str], env: Mapping[str, str], sandbox: Sandbox | None = None
+    ) -> subprocess.Popen[str] | None:
+        """A long-lived helper (the warm test runner, the type checker) inside `sandbox` (default:
+        the tests' sandbox), talking JSON lines on stdin/stdout; None unless it says it is ready."""
+        wrap = getattr(sandbox or self.sandbox, "wrap", None)
+        if wrap is not None:
+            argv = wrap(argv, cwd=str(self.project), env=env)
+        proc = popen_owned(
+            argv,
+            cwd=self.project,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        ready = read_line(proc, 120)
+        try:
+            if ready and json.loads(ready).get("ready"):
+                return proc
+        except ValueError:
+            pass
+        kill_group(proc)
+        return None
 
     def has_module(self, module: str) -> bool:
         result = self.run([self.python, "-c", f"import {module}"], env=self.python_env(), timeout_s=60)

@@ -22,10 +22,10 @@ from sandboxes.local import (
     ScratchDir,
     child_env,
     kill_group,
-    popen_owned,
     read_capped,
     read_line,
 )
+from validators.policy import PYTEST_CONFIG_FILES
 from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -55,23 +55,9 @@ class WarmRunner:
         cap = os.environ.get("RALPH_DISK_CAP") or str(DISK_CAP)
         settings = {"RALPH_OWN_MODULES": own, "RALPH_SPARE": spare, "RALPH_DISK_CAP": cap}
         env = child_env(self.toolchain.python_env(settings))
-        argv = [self.toolchain.python, str(WORKER), *self.preload]
-        wrap = getattr(self.toolchain.sandbox, "wrap", None)
-        if wrap is not None:  # the worker, and every test it forks, runs inside the sandbox
-            argv = wrap(argv, cwd=str(self.toolchain.project), env=env)
-        proc = popen_owned(
-            argv,
-            cwd=self.toolchain.project,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        ready = read_line(proc, 120)
-        if not ready or not json.loads(ready).get("ready"):
-            kill_group(proc)
+        # The worker, and every test it forks, runs inside the sandbox.
+        proc = self.toolchain.start_resident([self.toolchain.python, str(WORKER), *self.preload], env)
+        if proc is None:
             raise RuntimeError("the warm test runner did not start")
         self.starts += 1
         return proc
@@ -178,20 +164,6 @@ def _open_output(dir_fd: int) -> IO[bytes] | None:
     return f
 
 
-_PYTEST_SETTINGS = frozenset(
-    {
-        "conftest.py",
-        "pytest.ini",
-        ".pytest.ini",
-        "pytest.toml",
-        ".pytest.toml",
-        "tox.ini",
-        "setup.cfg",
-        "pyproject.toml",
-    }
-)
-
-
 def spare_safe(project: Path, limit: int = 20000) -> bool:
     """Whether a test child configured before the candidate is written behaves as one started after
     it: no conftest files (their code, and the plugins they name, load while configuring) and no
@@ -200,7 +172,7 @@ def spare_safe(project: Path, limit: int = 20000) -> bool:
     for directory, dirs, files in os.walk(project):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
         here = Path(directory)
-        if "conftest.py" in files or (here != project and _PYTEST_SETTINGS & set(files)):
+        if "conftest.py" in files or (here != project and PYTEST_CONFIG_FILES & set(files)):
             return False
         seen += len(files)
         if seen > limit:
