@@ -549,3 +549,21 @@ def test_a_sandboxed_worker_started_from_a_short_lived_thread_survives_it(tmp_pa
     finally:
         warm.close()
     assert [r.error for r in results] == [None, None] and warm.starts == 1
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        ("[1, 2]", "line 1: a record is a JSON object"),
+        ('{"edits": [{"path": "windows.py", "search": "x"}]}', "line 1: `edits` is a list of objects"),
+        ('{"description": "none"}', "line 1: a record has exactly one of"),
+        ("{not json", "line 1: not JSON"),
+    ],
+)
+def test_a_malformed_replay_record_is_bad_input(make_repo, tmp_path, record, said):
+    repo = make_repo(BUGGY_WINDOWS)
+    file = tmp_path / "edits.jsonl"
+    file.write_text(record + "\n")
+    proc = run_ralph("fix", str(repo), "--drafter", f"replay:{file}", "--no-sandbox")
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr

@@ -32,9 +32,19 @@ class ReplayDrafter:
     def __init__(self, path: Path) -> None:
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
-            self._records: list[dict[str, Any]] = [json.loads(line) for line in lines if line.strip()]
         except (OSError, ValueError) as exc:
             raise RalphError(f"replay file {path}: {exc}") from None
+        self._records: list[dict[str, Any]] = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise RalphError(f"replay file {path}: line {number}: not JSON ({exc})") from None
+            if problem := _problem(record):
+                raise RalphError(f"replay file {path}: line {number}: {problem}")
+            self._records.append(record)
         self._next = 0
 
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
@@ -63,6 +73,37 @@ def _read(project: Path, path: str) -> str | None:
         if validate_edit_path(path) and (project / path).is_dir():
             return None
         raise
+
+
+_FORMS = (
+    "files ({path: text or null}), edits ([{path, search, replace}]), search_replace (text) or diff (text)"
+)
+
+
+def _problem(record: object) -> str | None:
+    """What is wrong with one replay record, for the user (None: it is well formed)."""
+    if not isinstance(record, dict):
+        return f"a record is a JSON object with one of {_FORMS}, not {type(record).__name__}"
+    forms = [k for k in ("files", "edits", "search_replace", "diff") if k in record]
+    if len(forms) != 1:
+        return f"a record has exactly one of {_FORMS} (found {', '.join(forms) or 'none'})"
+    value = record[forms[0]]
+    if forms[0] == "files":
+        if not isinstance(value, dict) or not all(
+            isinstance(p, str) and (c is None or isinstance(c, str)) for p, c in value.items()
+        ):
+            return "`files` maps paths to new contents (text, or null to delete)"
+    elif forms[0] == "edits":
+        keys = ("path", "search", "replace")
+        if not isinstance(value, list) or not all(
+            isinstance(e, dict) and all(isinstance(e.get(k), str) for k in keys) for e in value
+        ):
+            return "`edits` is a list of objects, each with text `path`, `search` and `replace`"
+    elif not isinstance(value, str):
+        return f"`{forms[0]}` is text"
+    if "description" in record and not isinstance(record["description"], str):
+        return "`description` is text"
+    return None
 
 
 def _new_contents(record: dict[str, Any], project: Path) -> dict[str, str | None]:
