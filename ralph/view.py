@@ -44,35 +44,48 @@ class RichView:
         self.status.stop()
 
     def progress(self, text: str) -> None:
-        self.status.update(text)
+        self.status.update(Text(plain(text)))
 
     def notice(self, text: str) -> None:
-        self.console.print(f"[yellow]ralph:[/] {text}", highlight=False)
+        self.console.print(Text.assemble(("ralph:", "yellow"), " ", plain(text)), highlight=False)
 
     def iteration(self, record: dict[str, Any]) -> None:
+        # What came from the project or a model (test ids, messages, descriptions) is text: never
+        # Rich markup, never a terminal escape sequence (a forged test id once made a hyperlink).
         candidates = record["candidates"]
         last = candidates[-1] if candidates else None
         verdict = "nothing to try" if last is None else f"{last['verdict']}: {last['reason']}"
         style = "green" if record["accepted"] else "dim"
-        self.console.print(
-            f"[bold]#{record['i']}[/] {record['drafter']} · {len(candidates)} tried · "
-            f"remaining {record['remaining_before']} → {record['remaining_after']} · "
-            f"[{style}]{verdict}[/] · draft {record['draft_ms']:.0f} ms, verify {record['verify_ms']:.0f} ms",
-            highlight=False,
+        line = Text.assemble(
+            (f"#{record['i']}", "bold"),
+            f" {plain(str(record['drafter']))} · {len(candidates)} tried · "
+            f"remaining {record['remaining_before']} → {record['remaining_after']} · ",
+            (plain(verdict), style),
+            f" · draft {record['draft_ms']:.0f} ms, verify {record['verify_ms']:.0f} ms",
         )
+        self.console.print(line, highlight=False)
+
+
+def plain(text: str) -> str:
+    """`text` without control characters (escape sequences included), for the terminal."""
+    return "".join(
+        c if c in "\t\n" or (c >= " " and c != "\x7f" and not 0x80 <= ord(c) < 0xA0) else "?" for c in text
+    )
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
     table = Table(title="ralph fix", show_header=False)
     for key in ("outcome", "iterations", "accepted", "remaining", "branch", "trace", "wall_s"):
         value = summary.get(key)
-        table.add_row(key, "—" if value is None else str(value))
+        table.add_row(key, Text("—" if value is None else plain(str(value))))
     for line in summary.get("disabled_stages") or ():
-        table.add_row("stage off", Text(line))
+        table.add_row("stage off", Text(plain(line)))
     untracked = summary.get("untracked_not_committed") or []
     if untracked:
         shown = ", ".join(untracked[:8]) + (f" (+{len(untracked) - 8} more)" if len(untracked) > 8 else "")
-        table.add_row("untracked", Text(f"used, not committed: {shown} (--include-untracked commits them)"))
+        table.add_row(
+            "untracked", Text(plain(f"used, not committed: {shown} (--include-untracked commits them)"))
+        )
     return table
 
 

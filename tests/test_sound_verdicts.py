@@ -567,3 +567,32 @@ def test_a_malformed_replay_record_is_bad_input(make_repo, tmp_path, record, sai
     proc = run_ralph("fix", str(repo), "--drafter", f"replay:{file}", "--no-sandbox")
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def test_text_from_the_project_is_printed_as_text_never_markup_or_escapes():
+    import io
+
+    from rich.console import Console
+
+    from ralph.view import RichView, summary_table
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=300)
+    forged = "tests/t.py::[link=http://evil.example]x[/link] \x1b]8;;http://evil.example\x1b\\y\x1b]8;;\x1b\\"
+    record = {
+        "i": 1,
+        "drafter": "mutation",
+        "candidates": [{"verdict": "rejected", "reason": f"tests: breaks test {forged}"}],
+        "accepted": False,
+        "remaining_before": 1,
+        "remaining_after": 1,
+        "draft_ms": 0.0,
+        "verify_ms": 1.0,
+    }
+    view = RichView(console)
+    view.iteration(record)
+    view.notice(forged)
+    console.print(summary_table({"outcome": "stalled", "branch": "ralph/[bold]x[/bold]"}))
+    text = out.getvalue()
+    assert "[link=http://evil.example]x[/link]" in text and "ralph/[bold]x[/bold]" in text
+    assert "\x1b]8;;http://evil" not in text  # no hyperlink escape reaches the terminal
