@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ralph.errors import RalphError
 
@@ -165,10 +167,14 @@ def fix(
         "disabled_stages": outcome.notices,
         "untracked_not_committed": list(outcome.untracked),
     }
+    if result.outcome == "interrupted" and outcome.trace.parent.name == outcome.run_id:  # resumable
+        summary["resume"] = f"ralph fix {shlex.quote(str(path))} --resume {outcome.run_id}"
     if as_json:
         print(json.dumps(summary))
     else:
         console.print(summary_table(summary))
+        if "resume" in summary:
+            console.print(Text(f"interrupted; to continue: {summary['resume']}"), highlight=False)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -97,24 +97,29 @@ def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_p
 def test_ctrl_c_records_interrupted_and_exits_130(make_repo, tmp_path):
     repo = make_repo(UNFIXABLE)
     status = git(repo, "status", "--porcelain")
-    trace = tmp_path / "trace.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ralph", "fix", str(repo), "--trace", str(trace), "--candidates", "1"],
-        stdout=subprocess.DEVNULL,
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--candidates", "1"],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    runs = repo / ".ralph" / "runs"
+    trace = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if trace.exists() and any(r["type"] == "iteration" for r in read_trace(trace)):
+        traces = list(runs.glob("*/trace.jsonl")) if runs.exists() else []
+        if traces and any(r["type"] == "iteration" for r in read_trace(traces[0])):
+            trace = traces[0]
             break
         time.sleep(0.05)
+    assert trace is not None
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=30)
+    stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert read_trace(trace)[-1]["type"] == "run_end"
     assert read_trace(trace)[-1]["outcome"] == "interrupted"
+    assert f"--resume {trace.parent.name}" in stdout  # the exact command to go on
     assert git(repo, "status", "--porcelain") == status
 
 
