@@ -173,6 +173,8 @@ def fix(
         print(json.dumps(summary))
     else:
         console.print(summary_table(summary))
+        for line in _next_steps(outcome, path, apply):
+            console.print(Text(line), highlight=False)
         if "resume" in summary:
             console.print(Text(f"interrupted; to continue: {summary['resume']}"), highlight=False)
     raise typer.Exit(outcome.exit_code)
@@ -442,6 +444,25 @@ def main() -> None:
             f"ralph: internal error: {type(exc).__name__}: {exc} (RALPH_DEBUG=1 shows details)", markup=False
         )
         sys.exit(3)
+
+
+def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
+    """What happened, in a few lines, and what to run next."""
+    result = outcome.result
+    if result.outcome == "goal" and result.remaining_at_start == 0:
+        return ["nothing to fix: every target test and check already passes"]
+    if not outcome.branch or outcome.toplevel is None or outcome.base_commit is None:
+        return []
+    from ralph.gitops import run_git
+
+    stat = run_git(outcome.toplevel, "diff", "--stat", "--no-color", outcome.base_commit, outcome.branch)
+    lines = [line.rstrip() for line in stat.splitlines() if line.strip()]
+    if outcome.applied:
+        lines.append(f"applied to your working tree: {', '.join(outcome.applied)}")
+    lines.append(f"next: git show {outcome.branch}   |   git merge {outcome.branch}")
+    if not outcome.applied and not applied_asked:
+        lines[-1] += f"   |   ralph fix {shlex.quote(str(path))} --apply"
+    return lines
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:

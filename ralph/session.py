@@ -51,6 +51,8 @@ class FixOutcome:
     apply_refused: bool = False
     notices: list[str] = field(default_factory=list)  # stages that were off for the run, and why
     untracked: tuple[str, ...] = ()  # used by the tests, not committed on the branch
+    base_commit: str | None = None  # what the branch starts from (the snapshot)
+    toplevel: Path | None = None
 
     @property
     def exit_code(self) -> int:
@@ -365,6 +367,8 @@ def fix(
             apply_refused=apply and bool(ralph_branch.tip) and not applied,
             notices=verifier.notices,
             untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed()),
+            base_commit=snap.commit,
+            toplevel=snap.toplevel,
         )
     finally:
         if verifier is not None:

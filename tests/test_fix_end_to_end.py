@@ -179,3 +179,14 @@ def test_a_bug_that_makes_the_baseline_loop_forever_is_fixed_in_seconds(make_rep
     outcome = run_fix(make_repo(files), test_timeout_s=2.0, max_iterations=6)
     assert outcome.result.outcome == "goal"
     assert outcome.result.wall_s < 60
+
+
+def test_the_ending_says_what_changed_and_what_to_run_next(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    proc = run_ralph("fix", str(repo), "--no-sandbox")
+    assert proc.returncode == 0, proc.stderr
+    assert "windows.py | 2 +-" in proc.stdout and "1 file changed" in proc.stdout
+    assert "next: git show ralph/" in proc.stdout and "--apply" in proc.stdout
+    clean = make_repo({"tests/test_ok.py": "def test_ok():\n    pass\n"}, name="clean")
+    proc = run_ralph("fix", str(clean), "--no-sandbox")
+    assert proc.returncode == 0 and "nothing to fix" in proc.stdout
