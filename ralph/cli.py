@@ -42,7 +42,9 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+        typer.Option(
+            "--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     """ralph: fix failing checks with a fast drafter and cheap verification."""
@@ -66,39 +68,50 @@ def fix(
     router: Annotated[
         str | None, typer.Option(help="stall (default), fast, deep, cascade or module:Class.")
     ] = None,
-    candidates: Annotated[int | None, typer.Option(help="Candidates per iteration.")] = None,
+    candidates: Annotated[int | None, typer.Option(help="Candidates per iteration (default 4).")] = None,
     max_iterations: Annotated[int | None, typer.Option(help="Iteration budget (default 20).")] = None,
     max_seconds: Annotated[float | None, typer.Option(help="Wall-time budget in seconds.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD (paid models).")] = None,
     branch: Annotated[str | None, typer.Option(help="Branch for the fix (default ralph/<run-id>).")] = None,
-    apply: Annotated[bool, typer.Option("--apply", help="Also write the fix into the working tree.")] = False,
+    apply: Annotated[
+        bool, typer.Option("--apply", metavar="", help="Also write the fix into the working tree.")
+    ] = False,
     trace: Annotated[
         Path | None, typer.Option(help="Trace file (default .ralph/runs/<id>/trace.jsonl).")
     ] = None,
     python: Annotated[str | None, typer.Option(help="The project's interpreter.")] = None,
     types: Annotated[
-        bool | None, typer.Option("--types/--no-types", help="Run mypy (default: if configured).")
+        bool | None, typer.Option("--types/--no-types", metavar="", help="Run mypy (default: if configured).")
     ] = None,
     allow_test_edits: Annotated[
-        bool | None, typer.Option("--allow-test-edits", help="Let drafters edit tests.")
+        bool | None, typer.Option("--allow-test-edits", metavar="", help="Let drafters edit tests.")
     ] = None,
     include_untracked: Annotated[
         bool | None,
         typer.Option(
             "--include-untracked",
+            metavar="",
             help="Commit untracked files on the ralph branch too (default: used by the tests, not committed).",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar="", help="Print a JSON summary instead of tables.")
+    ] = False,
     resume: Annotated[
         str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
     ] = None,
     no_sandbox: Annotated[
         bool,
-        typer.Option("--no-sandbox", help="Run candidate code without bubblewrap (rlimits, timeouts only)."),
+        typer.Option(
+            "--no-sandbox", metavar="", help="Run candidate code without bubblewrap (rlimits, timeouts only)."
+        ),
     ] = False,
 ) -> None:
-    """Loop until the project's checks pass: route, draft, verify, decide, trace."""
+    """Loop until the project's checks pass: route, draft, verify, decide, trace.
+
+    Exit codes: 0 goal reached, 1 stopped without it (budget, stalled; progress is still on the
+    branch), 2 bad input, 130 interrupted (the summary says how to resume).
+    """
     from ralph.config import load_config
     from ralph.session import fix as run_fix
     from ralph.view import QuietView, RichView, summary_table
@@ -183,7 +196,9 @@ def fix(
 @app.command()
 def ci(
     path: Annotated[Path, typer.Argument(help="The repository whose checks failed.")] = Path("."),
-    pr: Annotated[bool, typer.Option("--pr", help="Open or update a pull request (GITHUB_TOKEN).")] = False,
+    pr: Annotated[
+        bool, typer.Option("--pr", metavar="", help="Open or update a pull request (GITHUB_TOKEN).")
+    ] = False,
     remote: Annotated[str, typer.Option(help="The remote to push the fix branch to.")] = "origin",
     drafter: Annotated[str | None, typer.Option(help="The fast drafter.")] = None,
     deep: Annotated[str | None, typer.Option(help="The deep reasoner (a litellm model).")] = None,
@@ -191,7 +206,7 @@ def ci(
     max_seconds: Annotated[float | None, typer.Option(help="Wall-time budget.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="Cost budget (USD).")] = None,
     no_sandbox: Annotated[
-        bool, typer.Option("--no-sandbox", help="Run candidate code without bubblewrap.")
+        bool, typer.Option("--no-sandbox", metavar="", help="Run candidate code without bubblewrap.")
     ] = False,
 ) -> None:
     """The CI bot: fix the failing checks, push a fix branch, write a summary (and a pull request)."""
@@ -225,7 +240,7 @@ def precommit(
         list[str] | None, typer.Argument(help="The staged files (pre-commit passes them).")
     ] = None,
     fix_files: Annotated[
-        bool, typer.Option("--fix/--check", help="Run a bounded fix loop, or only check.")
+        bool, typer.Option("--fix/--check", metavar="", help="Run a bounded fix loop, or only check.")
     ] = False,
     max_iterations: Annotated[int, typer.Option(help="Iteration budget for --fix.")] = 5,
     max_seconds: Annotated[float, typer.Option(help="Time budget for --fix.")] = 120.0,
@@ -244,7 +259,7 @@ def precommit(
 @app.command()
 def doctor(
     path: Annotated[Path, typer.Argument(help="The project whose configuration to read.")] = Path("."),
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON object.")] = False,
 ) -> None:
     """What is configured and available: GPU, models, keys (present or not), validators."""
     from ralph.config import load_config
@@ -265,8 +280,10 @@ def doctor(
 @app.command()
 def report(
     traces: Annotated[list[Path], typer.Argument(help="Trace files, run directories, or .ralph/runs.")],
-    compare: Annotated[bool, typer.Option("--compare", help="Group runs by their drafters.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    compare: Annotated[
+        bool, typer.Option("--compare", metavar="", help="Group runs by their drafters.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON object.")] = False,
     csv_file: Annotated[Path | None, typer.Option("--csv", help="Write one row per iteration.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of remaining error.")] = None,
     budget: Annotated[float, typer.Option(help="Time budget (s) for the projected score.")] = 300.0,
@@ -311,8 +328,10 @@ def bench_verify_command(
     mutants: Annotated[int, typer.Option(help="Caught mutants to measure.")] = 30,
     seed: Annotated[int, typer.Option(help="Seed for the mutant order.")] = 0,
     python: Annotated[str | None, typer.Option(help="The project's interpreter.")] = None,
-    no_sandbox: Annotated[bool, typer.Option("--no-sandbox", help="Verify without bubblewrap.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    no_sandbox: Annotated[
+        bool, typer.Option("--no-sandbox", metavar="", help="Verify without bubblewrap.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON object.")] = False,
 ) -> None:
     """Per-candidate verification time against a naive full run (and pytest-testmon), and recall."""
     from ralph.bench.verify import bench_verify
@@ -341,7 +360,7 @@ def bench_drafter_command(
     model: Annotated[str, typer.Option(help="A diffusion model: Hugging Face id or local path.")],
     device: Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when present).")] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON list, an entry per setting.")
+        bool, typer.Option("--json", metavar="", help="Print one JSON list, an entry per setting.")
     ] = False,
 ) -> None:
     """NFE per token and tokens/s for each sampler setting on one prompt set."""
@@ -375,7 +394,7 @@ def bench_fix_command(
     drafter: Annotated[str, typer.Option(help="Drafter for every task.")] = "auto",
     max_iterations: Annotated[int, typer.Option(help="Iteration budget per task.")] = 20,
     candidates: Annotated[int, typer.Option(help="Candidates per iteration.")] = 4,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the summary as JSON.")] = False,
 ) -> None:
     """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter."""
     from ralph.bench.fix import bench_fix

@@ -596,3 +596,19 @@ def test_text_from_the_project_is_printed_as_text_never_markup_or_escapes():
     text = out.getvalue()
     assert "[link=http://evil.example]x[/link]" in text and "ralph/[bold]x[/bold]" in text
     assert "\x1b]8;;http://evil" not in text  # no hyperlink escape reaches the terminal
+
+
+def test_fix_help_shows_defaults_and_exit_codes_and_no_stray_metavars():
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ralph", "fix", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "160"},
+        check=False,
+    )
+    assert proc.returncode == 0
+    assert "Exit codes: 0 goal reached" in proc.stdout and "(default 4)" in proc.stdout
+    lines_with_bool = [line for line in proc.stdout.splitlines() if "<bool>" in line]
+    assert all("--help" in line for line in lines_with_bool), lines_with_bool
