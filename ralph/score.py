@@ -76,11 +76,14 @@ class Score:
         }
 
 
+def is_under(nodeid: str, target: str) -> bool:
+    """Whether a test node id is `target` or lies under it (a file, a class, a directory)."""
+    return nodeid == target or nodeid.startswith((target + "::", target.rstrip("/") + "/"))
+
+
 def _is_target(nodeid: str, targets: frozenset[str] | None) -> bool:
     """A node id is a target when no targets were given, or it is one of them or lies under one."""
-    if targets is None:
-        return True
-    return any(nodeid == t or nodeid.startswith((t + "::", t.rstrip("/") + "/")) for t in targets)
+    return targets is None or any(is_under(nodeid, t) for t in targets)
 
 
 def _unfixed(baseline: Observation, state: Observation) -> list[str]:
@@ -108,21 +111,14 @@ def score(
     none at all in `strict_paths`: the files a pre-commit hook was given)."""
     failing = _unfixed(baseline, state)
     baseline_passing = baseline.passing_tests()
-    known = baseline.diagnostic_keys()
-    for key in list(known):
-        if key[1] in strict_paths:
-            del known[key]
+    known = Counter({k: n for k, n in baseline.diagnostic_keys().items() if k[1] not in strict_paths})
     new_diags = state.diagnostic_keys() - known
     return Score(
         failing_targets=tuple(t for t in failing if _is_target(t, targets)),
+        # A non-target that passed at the baseline and now fails, skips or xfails.
         regressions=tuple(
             t
-            for t in sorted(
-                {
-                    *failing,
-                    *(t for t, r in state.tests.items() if r.outcome in _DODGES and t in baseline_passing),
-                }
-            )
+            for t in sorted({*failing, *(t for t, r in state.tests.items() if r.outcome in _DODGES)})
             if not _is_target(t, targets) and t in baseline_passing
         ),
         new_diagnostics=tuple(

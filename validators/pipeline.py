@@ -20,7 +20,7 @@ from typing import Any
 from ralph.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected, unified_diff
 from ralph.errors import RalphError
 from ralph.protocols import Scope
-from ralph.score import Observation, Score, regressions, score
+from ralph.score import Observation, Score, is_under, regressions, score
 from sandboxes.workspace import empty_dir, read_text_beneath
 from validators.command import CommandValidator
 from validators.mypy import MypyValidator, plugin_files
@@ -161,7 +161,7 @@ class Verifier:
         if self.targets is None:
             return
         ids = [t.nodeid for t in suite.tests]
-        missing = [t for t in sorted(self.targets) if not any(_is_under(i, t) for i in ids)]
+        missing = [t for t in sorted(self.targets) if not any(is_under(i, t) for i in ids)]
         if missing:
             raise RalphError(
                 f"--tests {', '.join(missing)}: no such test in the suite (pytest collected "
@@ -370,7 +370,8 @@ class Verifier:
         if any(s.error is not None for s in run.stages) or not self.ruff.enabled:
             return None
         paths = [p for p in candidate.paths if p.endswith((".py", ".pyi"))]
-        if not self.ruff.fix_only(paths, sorted({k[2] for k in new})):
+        codes = sorted({k[2] for k in new})
+        if not self.ruff.fix_only(paths, codes):
             return None
         changes = []
         for change in candidate.changes:
@@ -389,7 +390,7 @@ class Verifier:
                 "ruff-fix",
                 ok=True,
                 duration_ms=0.0,
-                detail="applied ruff's safe fixes: " + ", ".join(sorted({k[2] for k in new})),
+                detail="applied ruff's safe fixes: " + ", ".join(codes),
             ),
         ]
         fixed.amended = True
@@ -523,10 +524,6 @@ class _Stages:
 Reset = Callable[[Sequence[FileChange]], object]
 _FAILED_FIRST = 20
 _PROBE_S = 0.05
-
-
-def _is_under(nodeid: str, target: str) -> bool:
-    return nodeid == target or nodeid.startswith((target + "::", target.rstrip("/") + "/"))
 
 
 def _load_json(path: Path) -> CoverageMap | None:
