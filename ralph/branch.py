@@ -32,12 +32,6 @@ class RalphBranch:
     def _full(self, path: str) -> str:
         return f"{self.snap.subdir}/{path}" if self.snap.subdir else path
 
-    def commit(self, changes: Sequence[FileChange], message: str, encode: Encode | None = None) -> str:
-        """`prepare` then `advance`."""
-        commit = self.prepare(changes, message, encode)
-        self.advance(commit)
-        return commit
-
     def prepare(self, changes: Sequence[FileChange], message: str, encode: Encode | None = None) -> str:
         """The commit of these changes on top of the tip, as an object only: no ref moves yet (the
         trace records it first, so the branch is never ahead of the trace). `encode` turns a

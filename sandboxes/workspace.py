@@ -243,10 +243,6 @@ class Workspace:
             self._first[rel] = first
         return encode_like(content, self._first[rel])
 
-    def read_bytes(self, path: str) -> bytes | None:
-        """A project file's bytes (None when missing or unsafe)."""
-        return read_beneath(self.project, path)
-
     def _rel(self, path: str) -> str:
         return f"{self.subdir}/{path}" if self.subdir else path
 
