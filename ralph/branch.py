@@ -56,12 +56,16 @@ class RalphBranch:
             raise
         self.tip = commit
 
+    def changed_paths(self) -> list[str]:
+        """Toplevel-relative paths of the files the branch changed (none before its first commit)."""
+        if self.tip is None:
+            return []
+        names = run_git(self.snap.toplevel, "diff", "--name-only", "-z", self.snap.commit, self.tip)
+        return [p for p in names.split("\0") if p]
+
     def changed(self) -> dict[str, str | None]:
         """Toplevel-relative path -> content at the tip (None: deleted), for files the branch changed."""
-        if self.tip is None:
-            return {}
-        names = run_git(self.snap.toplevel, "diff", "--name-only", "-z", self.snap.commit, self.tip)
-        return {p: read_blob(self.snap.toplevel, self.tip, p) for p in names.split("\0") if p}
+        return {p: read_blob(self.snap.toplevel, self.tip or "", p) for p in self.changed_paths()}
 
     def apply_to_working_tree(self) -> list[str]:
         """Write the branch's changes into the user's working tree (not the index), only where the

@@ -77,12 +77,11 @@ def _finish_advance(toplevel: Path, branch: str, current: str | None, tip: str |
     return True
 
 
-def _overlay(root: Path, snap: Snapshot, tip: str) -> None:
-    """Write what the branch changed up to `tip` into a fresh workspace copy, as working-tree bytes."""
-    names = run_git(snap.toplevel, "diff", "--name-only", "-z", snap.commit, tip)
-    for path in (p for p in names.split("\0") if p):
+def _overlay(root: Path, branch: RalphBranch) -> None:
+    """Write what the branch changed into a fresh workspace copy, as working-tree bytes."""
+    for path in branch.changed_paths():
         target = root / path
-        data = working_bytes(snap.toplevel, tip, path)
+        data = working_bytes(branch.snap.toplevel, branch.tip or "", path)
         if data is None:
             target.unlink(missing_ok=True)
         else:
@@ -233,7 +232,7 @@ def fix(
         materialize(snap, tmp / "ws")  # tracked and untracked files, as the tests see them
         workspace = Workspace(tmp / "ws", snap.subdir)
         if resume is not None and resume.tip:  # and what the run accepted before it stopped
-            _overlay(tmp / "ws", snap, resume.tip)
+            _overlay(tmp / "ws", RalphBranch(snap, branch_name, tip=resume.tip))
         scratch, cache = tmp / "scratch", tmp / "cache"
         scratch.mkdir()
         cache.mkdir()
@@ -366,7 +365,7 @@ def fix(
             applied,
             apply_refused=apply and bool(ralph_branch.tip) and not applied,
             notices=verifier.notices,
-            untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed()),
+            untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed_paths()),
             base_commit=snap.commit,
             toplevel=snap.toplevel,
         )

@@ -402,10 +402,6 @@ class Workspace:
             assert self._state is not None
             self._state[path] = _Entry("file", _key(os.fstat(out.fileno())))
 
-    def close(self) -> None:
-        """Remove the host-only copy of the accepted state."""
-        shutil.rmtree(self._pristine, ignore_errors=True)
-
 
 def empty_dir(path: Path) -> None:
     """Remove everything inside `path` (a scratch area the sandbox can write), following no link."""
