@@ -233,9 +233,8 @@ def fix(
         workspace = Workspace(tmp / "ws", snap.subdir)
         if resume is not None and resume.tip:  # and what the run accepted before it stopped
             _overlay(tmp / "ws", RalphBranch(snap, branch_name, tip=resume.tip))
-        scratch, cache = tmp / "scratch", tmp / "cache"
+        scratch = tmp / "scratch"
         scratch.mkdir()
-        cache.mkdir()
         sandbox = select_sandbox(workspace.root, [scratch], config.sandbox)
         # The type checker reads the candidate's files and executes none: it writes nothing.
         checker = select_sandbox(workspace.root, [], config.sandbox, workspace_writable=False)
@@ -261,7 +260,6 @@ def fix(
             checks=config.checks,
             targets=targets,
             types=types,
-            cache_dir=tmp / "cache",
             coverage_cache=snap.toplevel / ".ralph" / "cache",
             protected=protected,
             only=tuple(only) if only is not None else None,

@@ -35,7 +35,7 @@ def verifier(tmp_path: Path):
         write_files(tmp_path / "ws", files)
         ws = Workspace(tmp_path / "ws")
         toolchain = Toolchain(sys.executable, LocalSandbox(), ws.project)
-        v = Verifier(toolchain, checks=[], targets=None, types=types, cache_dir=tmp_path / "cache")
+        v = Verifier(toolchain, checks=[], targets=None, types=types)
         made.append(v)
         state, _ = v.baseline()
         return v, ws, state
@@ -160,7 +160,7 @@ def test_what_a_mypy_plugin_prints_never_shifts_the_daemons_verdicts(tmp_path):
     project = tmp_path / "p"
     write_files(project, {"pyproject.toml": "[tool.mypy]\nplugins = ['loud.py']\n", "loud.py": plugin})
     toolchain = Toolchain(sys.executable, LocalSandbox(), project, env={"PYTHONPATH": str(project)})
-    mypy = MypyValidator(toolchain, tmp_path / "cache")
+    mypy = MypyValidator(toolchain)
     head = "def noisy() -> int:\n    return 1\n\n\nx: int = noisy()\n"
     verdicts = []
     try:

@@ -113,7 +113,7 @@ def test_a_ruff_that_stops_giving_a_verdict_fails_the_candidate(tmp_path):
     write_files(tmp_path / "ws", BUGGY_WINDOWS)
     ws = Workspace(tmp_path / "ws")
     toolchain = Toolchain(_fake_ruff(tmp_path, works), LocalSandbox(), ws.project)
-    verifier = Verifier(toolchain, checks=[], targets=None, types=False, cache_dir=tmp_path / "cache")
+    verifier = Verifier(toolchain, checks=[], targets=None, types=False)
     try:
         state, _ = verifier.baseline()
         assert verifier.ruff.binary.startswith(str(tmp_path)) and not verifier.disabled
@@ -147,7 +147,7 @@ def test_a_type_checker_that_times_out_gives_no_verdict(tmp_path):
     from validators.mypy import MypyValidator
 
     write_files(tmp_path, {"pyproject.toml": "[tool.mypy]\n", "m.py": "x: int = 1\n"})
-    mypy = MypyValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path), tmp_path / "cache")
+    mypy = MypyValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
     try:
         result = mypy.check(Scope(timeout_s=0.001))
     finally:
@@ -434,7 +434,7 @@ def test_a_sitecustomize_in_the_project_never_runs_in_the_type_checker(tmp_path)
             "sitecustomize.py": f"open({str(marker)!r}, 'w').write('ran')\n",
         },
     )
-    mypy = MypyValidator(Toolchain(sys.executable, LocalSandbox(), project), tmp_path / "cache")
+    mypy = MypyValidator(Toolchain(sys.executable, LocalSandbox(), project))
     try:
         assert mypy.check(Scope(timeout_s=120)).error is None
     finally:

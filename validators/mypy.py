@@ -72,7 +72,7 @@ def mypy_configured(project: Path) -> bool:
 class MypyValidator:
     name = "mypy"
 
-    def __init__(self, toolchain: Toolchain, cache_dir: Path) -> None:
+    def __init__(self, toolchain: Toolchain) -> None:
         self.toolchain = toolchain
         section = _mypy_section(toolchain.project) or {}
         self.targets = [] if section.get("files") else ["."]
@@ -136,8 +136,7 @@ class MypyValidator:
         try:
             reply = json.loads(line)
         except ValueError:
-            self.close()
-            return {}, "the type checker's reply is unreadable"
+            reply = None
         if not isinstance(reply, dict):
             self.close()
             return {}, "the type checker's reply is unreadable"

@@ -77,7 +77,6 @@ class Verifier:
         checks: list[str],
         targets: frozenset[str] | None,
         types: bool,
-        cache_dir: Path,
         coverage_cache: Path | None = None,
         protected: tuple[str, ...] = PROTECTED_TESTS,
         warm: bool = True,
@@ -93,7 +92,7 @@ class Verifier:
         # The workspace is ours: the bytecode of a compiled candidate can serve the tests' imports.
         self.syntax = SyntaxValidator(toolchain, write_bytecode=toolchain.reads_our_bytecode)
         self.ruff = RuffValidator(toolchain)
-        self.mypy = MypyValidator(toolchain, cache_dir / "mypy") if types else None
+        self.mypy = MypyValidator(toolchain) if types else None
         self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
         # The gate runs in a fresh process (never a fork of the warm worker a candidate's tests ran

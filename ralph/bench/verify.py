@@ -156,7 +156,7 @@ def bench_verify(
             interpreter, isolation, workspace.project, scratch=scratch, checker=checker, root=project
         )
         types = mypy_configured(project)
-        verifier = Verifier(toolchain, checks=[], targets=None, types=types, cache_dir=Path(tmp) / "cache")
+        verifier = Verifier(toolchain, checks=[], targets=None, types=types)
         bench = VerifyBench(str(repo), interpreter, types=types, sandbox=isolation.name)
         try:
             start = time.perf_counter()
