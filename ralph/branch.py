@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ralph.candidate import FileChange
-from ralph.errors import GitError, RalphError
+from ralph.domain.candidate import FileChange
+from ralph.domain.errors import GitError, RalphError, UnsafePath
 from ralph.gitops import (
     Snapshot,
     commit_changes,
@@ -16,7 +16,7 @@ from ralph.gitops import (
     set_branch,
     working_bytes,
 )
-from sandboxes.workspace import UnsafePath, as_text, encode_like
+from sandboxes.workspace import as_text, encode_like
 
 Encode = Callable[[str, str], bytes]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ralph.config import RunConfig
-from ralph.errors import GitError, RalphError
+from ralph.domain.errors import GitError, RalphError
+from ralph.domain.protocols import View
 from ralph.gitops import open_repo, run_git
-from ralph.loop import View
 from ralph.redact import redact
 from ralph.trace import read_trace
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 
 app = typer.Typer(
     name="ralph",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 
 
 class ModelSettings(BaseModel):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ralph.protocols import DraftContext
+from ralph.domain.protocols import DraftContext
 from sandboxes.workspace import read_beneath
 
 MAX_MESSAGE_CHARS = 1500

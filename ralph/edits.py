@@ -24,7 +24,8 @@ from typing import Literal
 import unidiff
 from unidiff.errors import UnidiffParseError
 
-from sandboxes.workspace import UnsafePath, open_dir, read_text_beneath, safe_parts
+from ralph.domain.errors import UnsafePath
+from sandboxes.workspace import open_dir, read_text_beneath, safe_parts
 
 MAX_EDIT_BYTES = 1_048_576
 _MAX_TEXT_BYTES = 4 * MAX_EDIT_BYTES

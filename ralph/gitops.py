@@ -14,9 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
-
-from ralph.errors import GitError, RalphError
+from ralph.domain.errors import GitError, RalphError
 
 # The user's own line-ending settings (core.autocrlf, .gitattributes eol) apply, as in their git: the
 # workspace gets the working tree's bytes and commits are normalized as theirs would be.
@@ -74,12 +72,15 @@ def open_repo(path: Path) -> tuple[Path, str]:
     if not path.is_dir():
         raise RalphError(f"{path}: not a directory")
     try:
-        repo = git.Repo(path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        bare = run_git(path, "rev-parse", "--is-bare-repository").strip() == "true"
+    except GitError:
         raise RalphError(f"{path}: not a git repository (run `git init` there first)") from None
-    if repo.bare or repo.working_tree_dir is None:
-        raise RalphError(f"{path}: a bare repository has no working tree to fix")
-    toplevel = Path(repo.working_tree_dir).resolve()
+    try:
+        toplevel = Path(run_git(path, "rev-parse", "--show-toplevel").strip()).resolve() if not bare else None
+    except GitError:
+        toplevel = None  # inside the .git directory
+    if toplevel is None or not toplevel.is_dir():
+        raise RalphError(f"{path}: no working tree to fix here (a bare repository, or inside .git)")
     subdir = path.resolve().relative_to(toplevel).as_posix()
     return toplevel, "" if subdir == "." else subdir
 

@@ -1,21 +1,30 @@
-"""The loop: baseline verify, then repeat {route, draft, verify candidates, decide, trace}, then finish."""
+"""The loop: from the verified baseline, repeat {route, draft, verify candidates, decide, trace}.
+
+It depends on the Protocols of ralph.domain only; ralph/session.py wires the concrete classes."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from ralph.branch import RalphBranch
-from ralph.candidate import Candidate
-from ralph.localize import suspicious_lines
-from ralph.protocols import DraftContext, Drafter, IterationSummary, RouteDecision, Router
-from ralph.score import Observation, Score
-from ralph.trace import TraceWriter
-from sandboxes.workspace import UnsafePath, Workspace
-from validators.pipeline import Verifier, VerifyReport
+from ralph.domain.candidate import Candidate
+from ralph.domain.errors import UnsafePath
+from ralph.domain.protocols import (
+    Branch,
+    DraftContext,
+    Drafter,
+    IterationSummary,
+    RouteDecision,
+    Router,
+    Trace,
+    Verification,
+    View,
+    Workspace,
+)
+from ralph.domain.score import Observation, Score
+from ralph.domain.verdict import VerifyReport
 
 
 @dataclass(frozen=True)
@@ -41,25 +50,15 @@ class RunResult:
         return {"goal": 0, "interrupted": 130}.get(self.outcome, 1)
 
 
-class View(Protocol):
-    """Whoever watches the run (the terminal, or nobody)."""
-
-    def iteration(self, record: dict[str, Any]) -> None: ...
-
-    def notice(self, text: str) -> None: ...
-
-    def progress(self, text: str) -> None: ...
-
-
 @dataclass
 class Loop:
     task: str
     workspace: Workspace
-    verifier: Verifier
+    verifier: Verification
     drafters: dict[str, Drafter]
     router: Router
-    branch: RalphBranch
-    trace: TraceWriter
+    branch: Branch
+    trace: Trace
     view: View
     budget: Budget
     protected: tuple[str, ...]
@@ -71,10 +70,10 @@ class Loop:
         cost) already spent by the run this one resumes, which count against the budgets, and
         `rejected` the fingerprints it rejected, which are never verified again."""
         start = time.monotonic()
+        remaining = self.verifier.score(state).remaining
         result = RunResult(
-            "goal", iterations=done[0], cost_usd=done[1], remaining=self.verifier.score(state).remaining
+            "goal", done[0], cost_usd=done[1], remaining=remaining, remaining_at_start=remaining
         )
-        result.remaining_at_start = result.remaining
         memory = Memory(rejected=set(rejected))
         try:
             while result.remaining > 0:
@@ -85,72 +84,54 @@ class Loop:
                 if decision is None:
                     result.outcome = "stalled"
                     break
-                t0 = time.perf_counter()
-                context = self._context(state, result.accepted, memory)
-                before, verdicts, draft_ms, pending = result.remaining, [], 0.0, None
-                for candidate, waited_ms in self._drafts(
-                    decision.drafter, context, decision.n, memory
-                ):  # draft
-                    draft_ms += waited_ms
-                    self.view.progress(
-                        f"#{result.iterations + 1} {decision.drafter} · {candidate.description}"
-                    )
-                    report = self._verify(candidate, state)  # verify
-                    verdicts.append(_candidate_record(candidate, report))
-                    result.cost_usd += candidate.cost_usd or 0.0
-                    if (
-                        report.accepted and report.observation is not None and report.score is not None
-                    ):  # decide
-                        message = _commit_message(candidate, self.verifier.score(state), report.score)
-                        if report.changes is not None:
-                            message += "Amended: ruff's safe fixes applied to the edited files\n"
-                        state, result.remaining = report.observation, report.score.remaining
-                        result.accepted += 1
-                        pending = self.branch.prepare(
-                            report.changes or candidate.changes, message, self.workspace.encode
-                        )
-                        break
-                    memory.reject(candidate, report)
-                result.iterations += 1
-                record = self._record(result, decision, before, verdicts, t0, draft_ms, start)  # trace
-                record["proposed"] = memory.drafted  # duplicates and known failures were not verified
-                if pending is not None:
-                    record["commit"] = pending
-                self.trace.write("iteration", **record)  # first the trace, then the branch
-                if pending is not None:
-                    self.branch.advance(pending)
-                self.view.iteration(record)
-                result.history.append(_summary(record))
+                state = self._iteration(decision, state, result, memory, start)
         except KeyboardInterrupt:
             result.outcome = "interrupted"
         result.wall_s = time.monotonic() - start
         return result
 
+    def _iteration(
+        self, decision: RouteDecision, state: Observation, result: RunResult, memory: Memory, start: float
+    ) -> Observation:
+        """Draft, verify the candidates until one is accepted, trace, then move the branch: the
+        state the loop goes on from."""
+        t0 = time.perf_counter()
+        before, verdicts, draft_ms, commit = result.remaining, [], 0.0, None
+        context = self._context(state, result.accepted, memory)
+        for candidate, waited_ms in self._drafts(decision.drafter, context, decision.n, memory):  # draft
+            draft_ms += waited_ms
+            self.view.progress(f"#{result.iterations + 1} {decision.drafter} · {candidate.description}")
+            report = self._verify(candidate, state)  # verify
+            verdicts.append(_candidate_record(candidate, report))
+            result.cost_usd += candidate.cost_usd or 0.0
+            if report.accepted and report.observation is not None and report.score is not None:  # decide
+                message = _commit_message(candidate, self.verifier.score(state), report)
+                commit = self.branch.prepare(
+                    report.changes or candidate.changes, message, self.workspace.encode
+                )
+                state, result.remaining = report.observation, report.score.remaining
+                result.accepted += 1
+                break
+            memory.reject(candidate, report)
+        result.iterations += 1
+        record = self._record(result, decision, before, verdicts, t0, draft_ms, start)  # trace
+        record.update(proposed=memory.drafted, **({"commit": commit} if commit else {}))
+        self.trace.write("iteration", **record)  # first the trace, then the branch
+        if commit is not None:
+            self.branch.advance(commit)
+        self.view.iteration(record)
+        result.history.append(_summary(record))
+        return state
+
     def _drafts(
         self, name: str, context: DraftContext, n: int, memory: Memory
     ) -> Iterator[tuple[Candidate, float]]:
-        """The drafter's candidates, each with the drafting time it cost, new ones only, smallest
-        first. A remote drafter (`remote = True`) is asked n times at once, and each candidate is
-        verified as soon as it arrives while the others are still being written."""
-        drafter = self.drafters[name]
-        memory.drafted = 0
+        """The drafter's new candidates, cheapest to verify first, the first with the drafting time."""
         start = time.perf_counter()
-        if getattr(drafter, "remote", False) and n > 1:
-            with ThreadPoolExecutor(max_workers=n) as pool:
-                futures = [pool.submit(drafter.draft, context, 1) for _ in range(n)]
-                for future in as_completed(futures):
-                    waited, start = (time.perf_counter() - start) * 1000, time.perf_counter()
-                    batch = future.result()
-                    memory.drafted += len(batch)
-                    for candidate in batch:
-                        if memory.is_new(candidate):
-                            yield candidate, waited
-                            waited, start = 0.0, time.perf_counter()
-            return
-        batch = drafter.draft(context, n)
-        memory.drafted = len(batch)
+        batch = self.drafters[name].draft(context, n)
+        memory.new_batch(len(batch))
         waited = (time.perf_counter() - start) * 1000
-        for candidate in sorted(batch, key=_cost_estimate):
+        for candidate in sorted(batch, key=_verification_order):
             if memory.is_new(candidate):
                 yield candidate, waited
                 waited = 0.0
@@ -192,23 +173,11 @@ class Loop:
         return None
 
     def _context(self, state: Observation, state_id: int, memory: Memory) -> DraftContext:
-        failing = tuple(state.tests[t] for t in state.failing_tests())
-        suspicious = suspicious_lines(failing, self.verifier.coverage, state.passing_tests(), self.protected)
-        if self.verifier.only is not None:  # edits are limited to some files (a pre-commit hook's)
-            suspicious = [s for s in suspicious if s[0] in self.verifier.only]
         return DraftContext(
             task=self.task,
             project=self.workspace.project,
             state_id=state_id,
-            failing_tests=failing,
-            diagnostics=tuple(
-                d
-                for ds in state.diagnostics.values()
-                for d in ds
-                if self.verifier.only is None or d.path in self.verifier.only
-            ),
-            failing_checks=tuple(c for c, r in state.checks.items() if not r.passed),
-            suspicious=tuple(suspicious),
+            **vars(self.verifier.evidence(state)),
             rejected=frozenset(memory.rejected),
             attempts=tuple(memory.attempts),
             best_rejected=memory.best,
@@ -251,20 +220,22 @@ class Memory:
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (diff, why), latest last
     best: tuple[str, str] | None = None  # the rejected edit that came closest, for a repair
     best_remaining: int | None = None
-    proposed: set[str] = field(default_factory=set)
+    batch: set[str] = field(default_factory=set)  # fingerprints proposed in this iteration
     drafted: int = 0  # what the drafter returned this iteration, new or not
+
+    def new_batch(self, drafted: int) -> None:
+        self.batch, self.drafted = set(), drafted
 
     def is_new(self, candidate: Candidate) -> bool:
         """False for an edit already rejected, or already proposed in this iteration's batch."""
         fingerprint = candidate.fingerprint
-        if candidate.changes and (fingerprint in self.rejected or fingerprint in self.proposed):
+        if candidate.changes and (fingerprint in self.rejected or fingerprint in self.batch):
             return False
-        self.proposed.add(fingerprint)
+        self.batch.add(fingerprint)
         return True
 
     def reject(self, candidate: Candidate, report: VerifyReport) -> None:
         self.rejected.add(candidate.fingerprint)
-        self.proposed.discard(candidate.fingerprint)
         entry = (candidate.diff or candidate.description, report.reason)
         self.attempts = [*self.attempts[-9:], entry]
         remaining = report.score.remaining if report.score is not None and candidate.changes else None
@@ -272,13 +243,12 @@ class Memory:
             self.best, self.best_remaining = entry, remaining
 
 
-def _cost_estimate(candidate: Candidate) -> int:
-    """Cheapest to verify first: a parse error costs nothing, then the smallest edits."""
-    return (
-        0
-        if candidate.error
-        else 1 + sum(len(c.after or "") - len(c.before or "") != 0 for c in candidate.changes)
-    )
+def _verification_order(candidate: Candidate) -> int:
+    """Cheapest to verify first: a parse error costs nothing, then edits touching fewer files
+    (a file whose contents keep their length, a one-token swap, counts as none)."""
+    if candidate.error:
+        return 0
+    return 1 + sum(len(c.after or "") != len(c.before or "") for c in candidate.changes)
 
 
 def _summary(record: dict[str, Any]) -> IterationSummary:
@@ -309,12 +279,16 @@ def _candidate_record(candidate: Candidate, report: VerifyReport) -> dict[str, A
     }
 
 
-def _commit_message(candidate: Candidate, before: Score, after: Score) -> str:
-    """Names the drafter and the checks the commit fixed."""
+def _commit_message(candidate: Candidate, before: Score, report: VerifyReport) -> str:
+    """Names the drafter, the checks the commit fixed, and whether the verifier amended the edit."""
+    assert report.score is not None
+    after = report.score
     fixed = [*sorted(set(before.failing_targets) - set(after.failing_targets))]
     fixed += sorted(set(before.failing_checks) - set(after.failing_checks))
     fixed += sorted(set(before.new_diagnostics) - set(after.new_diagnostics))
     lines = [f"ralph: {candidate.description}", "", f"Drafter: {candidate.drafter}"]
     lines.append(f"Remaining error: {before.remaining} -> {after.remaining}")
     lines += ["Fixed:", *(f"- {item}" for item in fixed)] if fixed else []
+    if report.changes is not None:
+        lines.append("Amended: ruff's safe fixes applied to the edited files")
     return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 from ralph.report import run_stats
 
 

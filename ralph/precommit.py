@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ralph.candidate import PROTECTED_TESTS, FileChange, is_protected
+from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected
+from ralph.domain.results import Scope
 from ralph.gitops import open_repo
-from ralph.protocols import Scope
 from sandboxes.local import LocalSandbox
 from validators.pytest_run import PytestValidator
 from validators.ruff import RuffValidator

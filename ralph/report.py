@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 from ralph.trace import read_trace
 
 

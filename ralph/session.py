@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ralph.branch import RalphBranch
-from ralph.candidate import PROTECTED_TESTS
 from ralph.config import RunConfig
+from ralph.domain.candidate import PROTECTED_TESTS
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import Sandbox, View
+from ralph.domain.results import StageResult
+from ralph.domain.score import Observation
 from ralph.drafters import create_drafter
-from ralph.errors import RalphError
 from ralph.gitops import (
     Snapshot,
     check_branch_name,
@@ -27,16 +30,13 @@ from ralph.gitops import (
     snapshot,
     working_bytes,
 )
-from ralph.loop import Budget, Loop, RunResult, View
-from ralph.protocols import Sandbox
-from ralph.score import Observation
+from ralph.loop import Budget, Loop, RunResult
 from ralph.trace import TraceWriter, read_trace
 from router import create_router
 from sandboxes import hold_owner_lock, require_sandbox, select_sandbox, sweep_stale
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
-from validators.report import StageResult
 from validators.toolchain import Toolchain, find_python
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 
 SCHEMA = 1
 

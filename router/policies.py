@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ralph.errors import RalphError
-from ralph.plugins import instantiate
-from ralph.protocols import IterationSummary, RouteDecision, Router
+from ralph.domain.errors import RalphError
+from ralph.domain.plugins import instantiate
+from ralph.domain.protocols import IterationSummary, RouteDecision, Router
 
 
 def _stalls(history: Sequence[IterationSummary], drafter: str) -> int:

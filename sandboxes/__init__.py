@@ -11,16 +11,13 @@ import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ralph.errors import RalphError
-from sandboxes.local import LocalSandbox, ProcessResult
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import Sandbox
+from sandboxes.local import LocalSandbox
 from sandboxes.workspace import Workspace
 
-if TYPE_CHECKING:  # ralph.protocols imports this package
-    from ralph.protocols import Sandbox
-
-__all__ = ["LocalSandbox", "ProcessResult", "Workspace", "require_sandbox", "select_sandbox", "sweep_stale"]
+__all__ = ["LocalSandbox", "Workspace", "require_sandbox", "select_sandbox", "sweep_stale"]
 
 
 _OURS = re.compile(r"^ralph-(\d+)-")

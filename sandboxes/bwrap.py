@@ -60,7 +60,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sandboxes.local import ProcessResult, child_env, feed_stdin, read_capped, wait_exit
+from ralph.domain.results import ProcessResult
+from sandboxes.local import child_env, feed_stdin, read_capped, wait_exit
 
 _COUNTER = itertools.count()
 _TOKEN = secrets.token_hex(3)  # a reused pid never meets a leaked cgroup's name

@@ -15,26 +15,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import IO, Any
+
+from ralph.domain.results import ProcessResult
 
 # Environment variables a child may see; everything else (API keys included) is dropped.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "SYSTEMROOT", "VIRTUAL_ENV")
-
-
-@dataclass(frozen=True)
-class ProcessResult:
-    """What a finished (or killed) child process left behind."""
-
-    returncode: int
-    output: str  # stdout and stderr interleaved, head and tail kept when over the cap
-    duration_s: float
-    timed_out: bool = False
-    error: str | None = None  # the run gives no verdict (its runner died, a resource cap was hit)
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -21,12 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ralph.candidate import FileChange
-
-
-class UnsafePath(ValueError):
-    """An edit aimed outside the workspace, into .git, or through a symlink."""
-
+from ralph.domain.candidate import FileChange
+from ralph.domain.errors import UnsafePath
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

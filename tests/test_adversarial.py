@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from ralph.candidate import Candidate, FileChange
 from ralph.config import RunConfig
-from ralph.protocols import DraftContext
+from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.errors import UnsafePath
+from ralph.domain.protocols import DraftContext
 from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.view import QuietView
 from sandboxes.bwrap import available
-from sandboxes.workspace import UnsafePath, Workspace
+from sandboxes.workspace import Workspace
 from tests.conftest import BUGGY_WINDOWS, git
 
 needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap cannot run here: {available()}")

@@ -76,7 +76,7 @@ def test_bad_input_leaves_the_repository_untouched(make_repo):
 def test_without_bubblewrap_ralph_refuses_unless_told_otherwise(make_repo, monkeypatch):
     import sandboxes.bwrap
     from ralph.config import RunConfig
-    from ralph.errors import RalphError
+    from ralph.domain.errors import RalphError
     from ralph.session import fix
     from ralph.view import QuietView
 

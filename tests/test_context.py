@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ralph.context import localize, render, trim_message
-from ralph.protocols import DraftContext
-from validators.report import TestResult
+from ralph.domain.protocols import DraftContext
+from ralph.domain.results import TestResult
 
 SOURCE = "import os\n\n\ndef mean(xs):\n    total = sum(xs)\n    return total / (len(xs) - 1)\n\n\ndef other():\n    return 1\n"
 

@@ -21,7 +21,9 @@ import torch
 import transformers
 
 from ralph.bench.drafter import bench_drafter
-from ralph.candidate import PROTECTED_TESTS, Candidate
+from ralph.domain.candidate import PROTECTED_TESTS, Candidate
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import DraftContext, Drafter
 from ralph.drafters.diffusion import (
     DiffusionDrafter,
     DiffusionLM,
@@ -30,8 +32,6 @@ from ralph.drafters.diffusion import (
     create_diffusion_drafter,
     split_span,
 )
-from ralph.errors import RalphError
-from ralph.protocols import DraftContext, Drafter
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef double(x):\n    return x * 2\n"

@@ -163,7 +163,7 @@ def test_a_full_disk_while_writing_the_trace_leaves_no_torn_record_and_no_branch
 
     import pytest
 
-    from ralph.errors import RalphError
+    from ralph.domain.errors import RalphError
     from ralph.trace import TraceWriter
 
     repo = make_repo(BUGGY_WINDOWS)
@@ -198,7 +198,7 @@ def test_a_full_disk_while_writing_the_trace_leaves_no_torn_record_and_no_branch
 def test_a_stale_branch_lock_is_named_and_the_trace_still_ends(make_repo, tmp_path):
     import pytest
 
-    from ralph.errors import RalphError
+    from ralph.domain.errors import RalphError
 
     repo = make_repo(BUGGY_WINDOWS)
     lock = repo / ".git" / "refs" / "heads" / "ralph" / "locked.lock"

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ralph.candidate import PROTECTED_TESTS, Candidate, FileChange
+from ralph.domain.candidate import PROTECTED_TESTS, Candidate, FileChange
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import DraftContext, Drafter
+from ralph.domain.results import TestResult
 from ralph.drafters.llm import REPAIR_PROMPT, REPEATED, LLMDrafter, create_llm_drafter
-from ralph.errors import RalphError
-from ralph.protocols import DraftContext, Drafter
 from ralph.redact import MASK, is_secret_name, redact
 from tests.llm_server import FakeModelServer
-from validators.report import TestResult
 
 # The mock_response tests import litellm themselves; it must not fetch its price list when they do.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

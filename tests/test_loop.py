@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from ralph.candidate import Candidate, FileChange
 from ralph.config import RunConfig
-from ralph.protocols import DraftContext
+from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.protocols import DraftContext
 from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.view import QuietView

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ralph.candidate import Candidate, FileChange
-from ralph.score import Observation
+from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.score import Observation
 from sandboxes.local import LocalSandbox
 from sandboxes.workspace import Workspace
 from tests.conftest import write_files
@@ -128,7 +128,7 @@ def test_a_type_checker_that_died_is_started_again(verifier):
 def test_the_syntax_stage_leaves_bytecode_that_imports_use_and_edits_invalidate(tmp_path):
     import subprocess
 
-    from ralph.protocols import Scope
+    from ralph.domain.results import Scope
     from validators.syntax import SyntaxValidator
 
     write_files(tmp_path, {"mod.py": "VALUE = 1\n"})
@@ -149,7 +149,7 @@ def test_the_syntax_stage_leaves_bytecode_that_imports_use_and_edits_invalidate(
 
 
 def test_what_a_mypy_plugin_prints_never_shifts_the_daemons_verdicts(tmp_path):
-    from ralph.protocols import Scope
+    from ralph.domain.results import Scope
     from validators.mypy import MypyValidator
 
     plugin = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from ralph.domain.protocols import DraftContext
 from ralph.drafters.replay import ReplayDrafter
-from ralph.protocols import DraftContext
 
 
 def context(project) -> DraftContext:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ralph.errors import RalphError
-from ralph.protocols import IterationSummary
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import IterationSummary
 from router import CascadePolicy, StallPolicy, Tier, create_router
 
 
@@ -80,6 +80,6 @@ class AlwaysDeep:
     name = "always-deep"
 
     def route(self, history, drafters):
-        from ralph.protocols import RouteDecision
+        from ralph.domain.protocols import RouteDecision
 
         return RouteDecision("deep", 1, "user policy")

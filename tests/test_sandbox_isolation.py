@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import sandboxes.bwrap as bwrap_module
+from ralph.domain.results import ProcessResult
 from sandboxes.bwrap import BwrapSandbox, available
-from sandboxes.local import ProcessResult
 
 UNAVAILABLE = available()
 needs_bwrap = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"bwrap sandbox unavailable: {UNAVAILABLE}")

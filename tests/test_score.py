@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ralph.score import Observation, regressions, score
-from validators.report import CheckResult, Diagnostic, StageResult, TestResult
+from ralph.domain.results import CheckResult, Diagnostic, StageResult, TestResult
+from ralph.domain.score import Observation, regressions, score
 
 
 def obs(passed=(), failed=(), diags=(), checks=None) -> Observation:
@@ -90,8 +90,8 @@ def test_overlay_replaces_only_the_scope_a_stage_rechecked():
 
 
 def test_a_failing_target_that_now_skips_is_not_fixed_and_a_pass_that_skips_regresses():
-    from ralph.score import Observation, regressions, score
-    from validators.report import TestResult
+    from ralph.domain.results import TestResult
+    from ralph.domain.score import Observation, regressions, score
 
     baseline = Observation({"t::fix": TestResult("t::fix", "failed"), "t::ok": TestResult("t::ok", "passed")})
     dodged = Observation({"t::fix": TestResult("t::fix", "skipped"), "t::ok": TestResult("t::ok", "xfailed")})

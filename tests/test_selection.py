@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ralph.candidate import PROTECTED_TESTS, FileChange, is_protected
-from validators.pipeline import remap_coverage
+from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected
+from validators.coverage import remap_coverage
 from validators.selection import COLLECTION, ImportGraph, change_words, imports_of, select_tests
 
 

@@ -16,15 +16,14 @@ from pathlib import Path
 import pytest
 
 from ralph.config import RunConfig
-from ralph.localize import suspicious_lines
-from ralph.protocols import Scope
+from ralph.domain.results import Scope, TestResult
 from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.view import QuietView
 from sandboxes.bwrap import available
 from sandboxes.local import LocalSandbox, read_regular
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph, write_files
-from validators.report import TestResult
+from validators.localize import suspicious_lines
 from validators.toolchain import Toolchain
 
 needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap cannot run here: {available()}")
@@ -104,7 +103,7 @@ def _fake_ruff(tmp_path: Path, works: Path) -> str:
 
 
 def test_a_ruff_that_stops_giving_a_verdict_fails_the_candidate(tmp_path):
-    from ralph.candidate import Candidate, FileChange
+    from ralph.domain.candidate import Candidate, FileChange
     from sandboxes.workspace import Workspace
     from validators.pipeline import Verifier
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ralph.protocols import Scope
+from ralph.domain.results import Scope
 from sandboxes.local import LocalSandbox
 from tests.conftest import write_files
 from validators.pytest_run import PytestValidator
@@ -110,7 +110,7 @@ def test_killing_ralph_kills_the_worker_and_a_test_it_runs(project, tmp_path):
             import sys
             sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
             from pathlib import Path
-            from ralph.protocols import Scope
+            from ralph.domain.results import Scope
             from sandboxes.local import LocalSandbox
             from validators.pytest_run import PytestValidator
             from validators.toolchain import Toolchain

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from ralph.candidate import FileChange
-from sandboxes.workspace import UnsafePath, Workspace
+from ralph.domain.candidate import FileChange
+from ralph.domain.errors import UnsafePath
+from sandboxes.workspace import Workspace
 
 
 def test_same_size_edits_are_not_hidden_by_stale_bytecode(tmp_path):
@@ -101,7 +102,7 @@ def test_restore_repairs_a_directory_a_test_locked_and_one_swapped_for_a_link(tm
 
 
 def test_an_accepted_edit_keeps_the_files_mode_and_everything_else_is_undone(tmp_path):
-    from ralph.candidate import FileChange
+    from ralph.domain.candidate import FileChange
 
     root, ws = _captured(tmp_path)
     change = FileChange("run.sh", "#!/bin/sh\n", "#!/bin/sh\necho hi\n")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ralph.protocols import Scope
-from validators.report import CheckResult, StageResult
+from ralph.domain.results import CheckResult, Scope, StageResult
 from validators.toolchain import Toolchain
 
 

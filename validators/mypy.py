@@ -18,9 +18,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from ralph.protocols import Scope
+from ralph.domain.results import Diagnostic, Scope, StageResult
 from sandboxes.local import child_env, kill_group, read_line
-from validators.report import Diagnostic, StageResult
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
 CHECKER = PLUGIN_DIR / "ralph_types.py"

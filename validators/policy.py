@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from ralph.candidate import FileChange
+from ralph.domain.candidate import FileChange, is_protected
 
 # Where pytest's configuration can come from (pyproject.toml: its [tool.pytest...] tables).
 PYTEST_CONFIG_FILES = frozenset(
@@ -128,3 +128,32 @@ def harness_reach(changes: Sequence[FileChange]) -> list[str]:
             if added[line] and (match := _HARNESS.search(line)):
                 found.append(f"{change.path}:{number}: {match.group(0)}")
     return found
+
+
+def refusal(
+    changes: Sequence[FileChange],
+    protected: Sequence[str],
+    only: Sequence[str] | None,
+    plugin_files: Sequence[str] = (),
+) -> str | None:
+    """Why an edit may not be verified at all, before anything runs, or None: it edits tests,
+    verification settings or type-checker plugins, files outside `only`, or reaches into the harness."""
+    paths = [c.path for c in changes]
+    if edited := [p for p in paths if is_protected(p, protected)]:
+        return f"edits to tests are not allowed: {', '.join(edited)}"
+    if configs := config_edits(changes, plugin_files):
+        return f"edits to how the project is checked are not allowed: {', '.join(configs)}"
+    if only is not None and any(p not in only for p in paths):
+        return f"only {', '.join(only)} may be edited"
+    if shadows := shadowing(changes):
+        return (
+            "new modules named like the standard library or the test harness are not allowed: "
+            + ", ".join(shadows)
+        )
+    if reach := harness_reach(changes):
+        more = f" (+{len(reach) - 3} more)" if len(reach) > 3 else ""
+        return (
+            "the edit reaches into the test harness (pytest's or ralph's internals), which no fix "
+            f"needs: {'; '.join(reach[:3])}{more}"
+        )
+    return None

@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ralph.errors import RalphError
-from ralph.protocols import Scope
-from sandboxes.local import ProcessResult, ScratchDir
-from validators.report import StageResult, TestResult
+from ralph.domain.errors import RalphError
+from ralph.domain.results import ProcessResult, Scope, StageResult, TestResult
+from sandboxes.local import ScratchDir
 from validators.selection import CoverageMap
 from validators.toolchain import Toolchain, project_relative
 from validators.warm import WarmRunner

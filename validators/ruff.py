@@ -18,9 +18,7 @@ import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ralph.protocols import Scope
-from sandboxes.local import ProcessResult
-from validators.report import Diagnostic, StageResult
+from ralph.domain.results import Diagnostic, ProcessResult, Scope, StageResult
 from validators.toolchain import Toolchain, project_relative, ruff_bin
 
 # ruff's default rule selection before 0.16 widened it (pyflakes and the error-level pycodestyle rules).

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ralph.candidate import FileChange
+from ralph.domain.candidate import FileChange
 from sandboxes.workspace import read_beneath
 
 CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed

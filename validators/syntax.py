@@ -11,9 +11,8 @@ import time
 from pathlib import Path, PurePosixPath
 from types import CodeType
 
-from ralph.protocols import Scope
+from ralph.domain.results import Scope, StageResult
 from sandboxes.workspace import stat_and_read_beneath, write_beneath
-from validators.report import StageResult
 from validators.toolchain import Toolchain
 
 

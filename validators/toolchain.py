@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ralph.errors import RalphError
-from ralph.protocols import Sandbox
-from sandboxes.local import LocalSandbox, ProcessResult, Started, kill_group, popen_owned, read_line
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import Sandbox
+from ralph.domain.results import ProcessResult
+from sandboxes.local import LocalSandbox, Started, kill_group, popen_owned, read_line
 
 PLUGIN_DIR = Path(__file__).parent / "_plugin"
 

@@ -17,14 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from sandboxes.local import (
-    ProcessResult,
-    ScratchDir,
-    child_env,
-    kill_group,
-    read_capped,
-    read_line,
-)
+from ralph.domain.results import ProcessResult
+from sandboxes.local import ScratchDir, child_env, kill_group, read_capped, read_line
 from validators.policy import PYTEST_CONFIG_FILES
 from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain

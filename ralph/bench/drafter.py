@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 
 if TYPE_CHECKING:
     from ralph.drafters.sampler import SamplerSettings

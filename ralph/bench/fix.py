@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 from ralph.report import drafter_stats, run_stats
 from ralph.trace import read_trace
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralph.candidate import Candidate, FileChange
+from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.errors import RalphError
 from ralph.drafters.mutation_ops import generate_mutants
-from ralph.errors import RalphError
 from sandboxes import select_sandbox
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured

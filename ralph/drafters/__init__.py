@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ralph.errors import RalphError
-from ralph.plugins import instantiate
-from ralph.protocols import Drafter
+from ralph.domain.errors import RalphError
+from ralph.domain.plugins import instantiate
+from ralph.domain.protocols import Drafter
 
 BUILTIN = ("auto", "mutation", "replay:FILE", "diffusion:MODEL", "PROVIDER/MODEL (litellm)")
 

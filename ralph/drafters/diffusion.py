@@ -28,12 +28,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ralph.candidate import Candidate, FileChange, is_protected
 from ralph.context import Snippet, localize, render
+from ralph.domain.candidate import Candidate, FileChange, is_protected
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import DraftContext
 from ralph.drafters.queue import CandidateQueue
 from ralph.edits import EditError, apply_search_replace, parse_search_replace, read_for_edit
-from ralph.errors import RalphError
-from ralph.protocols import DraftContext
 from sandboxes.workspace import read_text_beneath
 
 if TYPE_CHECKING:

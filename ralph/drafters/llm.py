@@ -30,8 +30,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ralph.candidate import Candidate, FileChange, is_protected
 from ralph.context import localize, render
+from ralph.domain.candidate import Candidate, FileChange, is_protected
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import DraftContext
 from ralph.edits import (
     EditError,
     apply_search_replace,
@@ -40,8 +42,6 @@ from ralph.edits import (
     parse_unified_diff,
     read_for_edit,
 )
-from ralph.errors import RalphError
-from ralph.protocols import DraftContext
 from ralph.redact import redact
 
 SYSTEM_PROMPT = """\

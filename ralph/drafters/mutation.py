@@ -11,10 +11,10 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from ralph.candidate import Candidate, FileChange, is_protected
+from ralph.domain.candidate import Candidate, FileChange, is_protected
+from ralph.domain.protocols import DraftContext
 from ralph.drafters.mutation_ops import generate_mutants
 from ralph.drafters.queue import CandidateQueue
-from ralph.protocols import DraftContext
 from sandboxes.workspace import read_text_beneath
 from validators.toolchain import ruff_bin
 

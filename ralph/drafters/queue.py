@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from ralph.candidate import Candidate
-from ralph.protocols import DraftContext
+from ralph.domain.candidate import Candidate
+from ralph.domain.protocols import DraftContext
 
 
 class CandidateQueue:

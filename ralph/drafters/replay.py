@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ralph.candidate import Candidate, FileChange
+from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.errors import RalphError
+from ralph.domain.protocols import DraftContext
 from ralph.edits import (
     EditError,
     SearchReplace,
@@ -22,8 +24,6 @@ from ralph.edits import (
     read_for_edit,
     validate_edit_path,
 )
-from ralph.errors import RalphError
-from ralph.protocols import DraftContext
 
 
 class ReplayDrafter:

@@ -105,7 +105,6 @@ SETTINGS: dict[str, SamplerSettings] = {
         SamplerSettings("threshold-0.9-cached", threshold=0.9, prefix_cache=True),
     )
 }
-DEFAULT_SETTING = "threshold-0.9"
 
 
 @dataclass(frozen=True)

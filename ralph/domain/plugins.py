@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from ralph.errors import RalphError
+from ralph.domain.errors import RalphError
 
 
 def instantiate(spec: str, flag: str) -> object:

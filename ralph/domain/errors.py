@@ -9,3 +9,7 @@ class RalphError(Exception):
 
 class GitError(RalphError):
     """A git operation ralph needed failed."""
+
+
+class UnsafePath(ValueError):
+    """An edit aimed outside the workspace, into .git, or through a symlink."""

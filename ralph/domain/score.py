@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from validators.report import CheckResult, Diagnostic, StageResult, TestResult
+from ralph.domain.results import CheckResult, Diagnostic, StageResult, TestResult
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,8 @@ class Observation:
 
     def overlay(self, stage: StageResult) -> Observation:
         """This observation updated with what `stage` re-observed (its scope replaces ours)."""
-        tests = {**self.tests, **{t.nodeid: t for t in stage.tests}}
+        reported = {t.nodeid: t for t in stage.tests}
+        tests = reported if stage.complete_tests else {**self.tests, **reported}
         diagnostics = {k: v for k, v in self.diagnostics.items() if k[0] != stage.complete_tool}
         for tool_path in stage.checked:
             diagnostics.pop(tool_path, None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from ralph.candidate import is_protected
-from validators.report import TestResult
+from ralph.domain.candidate import is_protected
+from ralph.domain.results import TestResult
 
 
 def _in_project(path: str, protected: Sequence[str]) -> bool:

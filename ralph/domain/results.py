@@ -1,4 +1,6 @@
-"""Structured results of validation stages; these go into the trace unchanged."""
+"""What verification observes: processes, tests, diagnostics, stages and the verdict on a candidate.
+
+These go into the trace unchanged."""
 
 from __future__ import annotations
 
@@ -64,6 +66,8 @@ class StageResult:
     checked: list[tuple[str, str]] = field(default_factory=list)
     # A tool whose diagnostics this stage re-checked for every file of the project.
     complete_tool: str | None = None
+    # The stage ran the whole suite: its tests replace the state's (the gate).
+    complete_tests: bool = False
     checks: list[CheckResult] = field(default_factory=list)
     syntax_errors: dict[str, str] = field(default_factory=dict)
     skipped: bool = False
@@ -104,6 +108,7 @@ class StageResult:
             diagnostics=[Diagnostic(**d) for d in data.get("diagnostics", [])],
             checked=[(c[0], c[1]) for c in data.get("checked", [])],
             complete_tool=data.get("complete_tool"),
+            complete_tests=data.get("complete_tests", False),
             checks=[
                 CheckResult(c["command"], c["passed"], c.get("output", "")) for c in data.get("checks", [])
             ],
@@ -111,3 +116,27 @@ class StageResult:
             skipped=data.get("skipped", False),
             error=data.get("error"),
         )
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a finished (or killed) child process left behind."""
+
+    returncode: int
+    output: str  # stdout and stderr interleaved, head and tail kept when over the cap
+    duration_s: float
+    timed_out: bool = False
+    error: str | None = None  # the run gives no verdict (its runner died, a resource cap was hit)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a validator should look at: some paths (None = all) and some tests (None = the suite)."""
+
+    paths: tuple[str, ...] | None = None
+    tests: tuple[str, ...] | None = None
+    timeout_s: float = 300.0

@@ -1,0 +1,294 @@
+"""Verification as a declared sequence of steps, each a few stages with one job, and the one runner
+that owns their order, concurrency, fail-closed handling and timing.
+
+A stage observes (it returns a StageResult); the runner decides: a stage that gives no verdict fails
+the candidate, a regression fails it at the stage that showed it, and a step that must improve
+fails it when the remaining error did not go down. Adding a stage is a class here and a line in
+the sequence (validators/pipeline.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.results import Scope, StageResult, TestResult
+from ralph.domain.score import Observation, regressions
+from ralph.domain.verdict import VerifyReport
+from validators.command import CommandValidator
+from validators.mypy import MypyValidator
+from validators.pytest_run import PytestValidator
+from validators.ruff import RuffValidator
+from validators.syntax import SyntaxValidator
+
+if TYPE_CHECKING:
+    from validators.pipeline import Verifier
+
+Reset = Callable[[Sequence[FileChange]], object]
+
+
+@dataclass
+class Attempt:
+    """One candidate's way through the sequence: the stages run so far and what they add up to."""
+
+    verifier: Verifier
+    candidate: Candidate
+    current: Observation  # the accepted state it is judged against
+    reset: Reset | None = None  # puts the workspace back to the accepted state plus given changes
+    merged: Observation = field(init=False)
+    stages: list[StageResult] = field(default_factory=list)
+    amended: bool = False  # the candidate was changed by ruff's safe fixes
+
+    def __post_init__(self) -> None:
+        self.merged = self.current
+        self.before = self.verifier.score(self.current).remaining
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(self.candidate.paths)
+
+    @property
+    def remaining(self) -> int:
+        return self.verifier.score(self.merged).remaining
+
+    def report(self, accepted: bool, reason: str, failed_stage: str | None = None) -> VerifyReport:
+        score = self.verifier.score(self.merged)
+        return VerifyReport(accepted, reason, self.stages, self.merged, score, failed_stage=failed_stage)
+
+    def merge(self, results: Sequence[StageResult]) -> VerifyReport | None:
+        """Add finished stages, in order, and report the first that could not give a verdict (the
+        candidate fails: a tool that crashed or timed out vouches for nothing), else the first
+        regression."""
+        self.stages.extend(results)
+        for result in results:
+            if result.error is not None:
+                return self.report(
+                    False, f"{result.stage}: no verdict: {result.error}", failed_stage=result.stage
+                )
+        broken = None
+        for result in results:  # merged one at a time, so a regression is blamed on its stage
+            self.merged = self.merged.overlay(result)
+            broken = broken or self._regressions(result)
+        return broken
+
+    def _regressions(self, stage: StageResult) -> VerifyReport | None:
+        broken = regressions(self.current, self.merged)
+        if not broken:
+            return None
+        more = f" (+{len(broken) - 3} more)" if len(broken) > 3 else ""
+        reason = f"{stage.stage}: breaks " + "; ".join(broken[:3]) + more
+        return self.report(False, reason, failed_stage=stage.stage)
+
+
+class Stage(Protocol):
+    """One check of a candidate. `wanted`: whether it has anything to do for this attempt."""
+
+    name: str
+
+    def wanted(self, attempt: Attempt) -> bool: ...
+
+    def run(self, attempt: Attempt) -> StageResult: ...
+
+
+Repair = Callable[[Attempt], "Attempt | None"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """Stages that run together. `before`: what is done first (the workspace put back); `repair`:
+    a second chance when the step fails (ruff's safe fixes), returning the attempt to go on with;
+    `must_improve`: the reason a candidate is rejected with when, after the step, its remaining
+    error is not below the accepted state's."""
+
+    stages: tuple[Stage, ...]
+    before: Callable[[Attempt], None] | None = None
+    repair: Repair | None = None
+    must_improve: str | None = None
+    blame: str | None = None  # the failed stage named for `must_improve`
+
+
+def run_step(step: Step, attempt: Attempt) -> VerifyReport | None:
+    """Run a step's wanted stages (a started one first, the rest inline or in threads) and merge
+    their results in declared order."""
+    stages = [s for s in step.stages if s.wanted(attempt)]
+    started = {i: s.start(attempt) for i, s in enumerate(stages) if isinstance(s, StartedStage)}
+    inline = [(i, s) for i, s in enumerate(stages) if i not in started]
+    results: dict[int, StageResult] = {}
+    try:
+        if len(inline) == 1:
+            results[inline[0][0]] = inline[0][1].run(attempt)
+        elif inline:
+            with ThreadPoolExecutor(max_workers=len(inline)) as pool:
+                futures = {i: pool.submit(s.run, attempt) for i, s in inline}
+                results.update({i: f.result() for i, f in futures.items()})
+    finally:
+        for i, finish in started.items():  # always waited for (and its files closed)
+            results[i] = finish()
+    return attempt.merge([results[i] for i in range(len(stages))]) if stages else None
+
+
+def run_sequence(steps: Sequence[Step], attempt: Attempt) -> tuple[VerifyReport | None, Attempt]:
+    """The steps in order until one rejects the candidate: (that rejection or None, the attempt as
+    it ended, which a repair may have replaced)."""
+    for step in steps:
+        if step.before is not None:
+            step.before(attempt)
+        broken = run_step(step, attempt)
+        if broken is not None and step.repair is not None and (repaired := step.repair(attempt)):
+            attempt, broken = repaired, None
+        if broken is not None:
+            return broken, attempt
+        if step.must_improve is not None and attempt.remaining >= attempt.before:
+            return attempt.report(False, step.must_improve, failed_stage=step.blame), attempt
+    return None, attempt
+
+
+class StartedStage:
+    """A stage that runs a process of its own: started first and collected last, so the other
+    stages of its step run while it works (the compile beside ruff, say) without a thread."""
+
+    name = ""
+
+    def start(self, attempt: Attempt) -> Callable[[], StageResult]:
+        raise NotImplementedError
+
+
+# The stages. Each holds the validator it drives; the attempt says what to look at.
+
+
+@dataclass
+class SyntaxStage:
+    """Every changed Python file compiles (and its bytecode is written where the tests may use it)."""
+
+    validator: SyntaxValidator
+    name: str = "syntax"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return True
+
+    def run(self, attempt: Attempt) -> StageResult:
+        return self.validator.check(Scope(paths=attempt.paths))
+
+
+@dataclass
+class LintStage(StartedStage):
+    """ruff on the changed files."""
+
+    validator: RuffValidator
+    name: str = "ruff"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return True
+
+    def start(self, attempt: Attempt) -> Callable[[], StageResult]:
+        return self.validator.start(Scope(paths=attempt.paths))
+
+    def run(self, attempt: Attempt) -> StageResult:
+        return self.start(attempt)()
+
+
+@dataclass
+class TypesStage:
+    """The type checker on the changed files; `settled`: again on the workspace put back (the
+    candidate's tests ran beside the first check and could rewrite what it read)."""
+
+    verifier: Verifier
+    settled: bool = False
+    name: str = "mypy"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return self.verifier.mypy is not None and (not self.settled or attempt.reset is not None)
+
+    def run(self, attempt: Attempt) -> StageResult:
+        checker: MypyValidator | None = self.verifier.mypy
+        assert checker is not None  # wanted() said so
+        return checker.check(Scope(paths=attempt.paths, timeout_s=self.verifier.types_timeout_s))
+
+
+@dataclass
+class FailingTestsStage:
+    """The tests failing in the accepted state: can the candidate improve anything at all?"""
+
+    validator: PytestValidator
+    verifier: Verifier
+    name: str = "tests"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return bool(attempt.current.failing_tests())
+
+    def run(self, attempt: Attempt) -> StageResult:
+        failing = tuple(attempt.current.failing_tests())
+        return self.validator.check(Scope(tests=failing, timeout_s=self.verifier.quick_timeout_s))
+
+
+@dataclass
+class FailingChecksStage:
+    """The custom checks failing in the accepted state."""
+
+    validator: CommandValidator
+    verifier: Verifier
+    name: str = "checks"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return any(not r.passed for r in attempt.current.checks.values())
+
+    def run(self, attempt: Attempt) -> StageResult:
+        failing = [c for c, r in attempt.current.checks.items() if not r.passed]
+        return self.validator.check(Scope(timeout_s=self.verifier.quick_timeout_s), failing)
+
+
+@dataclass
+class SelectedTestsStage:
+    """The tests that can see the change (coverage and imports), failing fast, recent failures first."""
+
+    verifier: Verifier
+    name: str = "tests"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return True
+
+    def run(self, attempt: Attempt) -> StageResult:
+        return self.verifier.run_selected(attempt.candidate)
+
+
+@dataclass
+class GateStage:
+    """The whole suite, in a fresh process, on the workspace put back to exactly the accepted state
+    plus the candidate: the last word, so a test-selection miss is never accepted. A test of the
+    state that the suite no longer reports fails (a failing target that vanished is not fixed)."""
+
+    validator: PytestValidator
+    verifier: Verifier
+    name: str = "gate"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return True
+
+    def run(self, attempt: Attempt) -> StageResult:
+        suite = self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s))
+        if suite.error is None:
+            reported = {t.nodeid for t in suite.tests}
+            suite.tests += [
+                TestResult(t, "error", message="disappeared from the suite")
+                for t in sorted(set(attempt.current.tests) - reported)
+            ]
+            suite.complete_tests = True
+        return suite
+
+
+@dataclass
+class AllChecksStage:
+    """Every custom check, on the state the gate saw."""
+
+    validator: CommandValidator
+    verifier: Verifier
+    name: str = "checks"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return bool(self.validator.commands)
+
+    def run(self, attempt: Attempt) -> StageResult:
+        return self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s))
