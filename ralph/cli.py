@@ -8,7 +8,7 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,6 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ralph.domain.errors import RalphError
+
+if TYPE_CHECKING:
+    from ralph.config import RunConfig
+    from ralph.session import FixOutcome, Resume
 
 app = typer.Typer(
     name="ralph",
@@ -50,7 +54,16 @@ def _root(
     """ralph: fix failing checks with a fast drafter and cheap verification."""
 
 
-@app.command()
+# `ralph fix --help`, given to typer here rather than as the docstring: the options already fill
+# `fix`, which only hands them on.
+_FIX_HELP = """Loop until the project's checks pass: route, draft, verify, decide, trace.
+
+Exit codes: 0 goal reached, 1 stopped without it (budget, stalled; progress is still on the
+branch), 2 bad input, 130 interrupted (the summary says how to resume).
+"""
+
+
+@app.command(help=_FIX_HELP)
 def fix(
     path: Annotated[Path, typer.Argument(help="The project to fix (inside a git repository).")] = Path("."),
     task: Annotated[str | None, typer.Option(help="What to achieve, in words.")] = None,
@@ -107,62 +120,106 @@ def fix(
         ),
     ] = False,
 ) -> None:
-    """Loop until the project's checks pass: route, draft, verify, decide, trace.
+    """`ralph fix`; its help is `_FIX_HELP` (the options alone fill a screen)."""
+    overrides = _fix_overrides(locals())
+    _run_fix(path, overrides, branch=branch, apply=apply, trace=trace, as_json=as_json, resume=resume)
 
-    Exit codes: 0 goal reached, 1 stopped without it (budget, stalled; progress is still on the
-    branch), 2 bad input, 130 interrupted (the summary says how to resume).
-    """
-    from ralph.config import load_config
-    from ralph.session import fix as run_fix
-    from ralph.view import QuietView, RichView, summary_table
 
-    overrides: dict[str, Any] = {
-        "task": task,
-        "tests": tests or None,
-        "checks": check or None,
-        "drafter": drafter,
-        "deep": deep,
-        "router": router,
-        "candidates": candidates,
-        "max_iterations": max_iterations,
-        "max_seconds": max_seconds,
-        "max_cost": max_cost,
-        "python": python,
-        "types": types,
-        "allow_test_edits": allow_test_edits,
-        "include_untracked": include_untracked,
-        "sandbox": False if no_sandbox else None,
+def _fix_overrides(options: dict[str, Any]) -> dict[str, Any]:
+    """The config overrides that `ralph fix`'s options give (None: not given, the config decides)."""
+    return {
+        "task": options["task"],
+        "tests": options["tests"] or None,
+        "checks": options["check"] or None,
+        "drafter": options["drafter"],
+        "deep": options["deep"],
+        "router": options["router"],
+        "candidates": options["candidates"],
+        "max_iterations": options["max_iterations"],
+        "max_seconds": options["max_seconds"],
+        "max_cost": options["max_cost"],
+        "python": options["python"],
+        "types": options["types"],
+        "allow_test_edits": options["allow_test_edits"],
+        "include_untracked": options["include_untracked"],
+        "sandbox": False if options["no_sandbox"] else None,
     }
+
+
+def _run_fix(
+    path: Path,
+    overrides: dict[str, Any],
+    *,
+    branch: str | None,
+    apply: bool,
+    trace: Path | None,
+    as_json: bool,
+    resume: str | None,
+) -> None:
+    """Run the loop on `path`, print how it ended (tables or JSON) and exit with its exit code."""
     if not path.is_dir():
         raise RalphError(f"{path}: no such directory")
-    resumed = None
-    if resume:
-        from ralph.session import load_resume
-
-        resumed = load_resume(path, resume)
-        budgets = {
-            k: overrides[k] for k in ("max_iterations", "max_seconds", "max_cost") if overrides[k] is not None
-        }
-        from pydantic import ValidationError
-
-        try:  # validated as the first run's were: `--max-iterations 0` is bad input here too
-            config = type(resumed.config).model_validate({**resumed.config.model_dump(), **budgets})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise RalphError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
-    else:
-        config = load_config(path, overrides)
+    config, resumed = _fix_config(path, overrides, resume)
     console = Console(soft_wrap=True)
+    outcome = _run_session(
+        path, config, resumed, console, branch=branch, apply=apply, trace=trace, quiet=as_json
+    )
+    summary = _fix_summary(outcome, path)
     if as_json:
-        outcome = run_fix(
+        print(json.dumps(summary))
+    else:
+        _print_ending(console, summary, outcome, path, apply)
+    raise typer.Exit(outcome.exit_code)
+
+
+def _fix_config(path: Path, overrides: dict[str, Any], resume: str | None) -> tuple[RunConfig, Resume | None]:
+    """The run's config and, with `--resume`, the run it continues (with the new budgets applied)."""
+    if not resume:
+        from ralph.config import load_config
+
+        return load_config(path, overrides), None
+    from pydantic import ValidationError
+
+    from ralph.session import load_resume
+
+    resumed = load_resume(path, resume)
+    budgets = {
+        k: overrides[k] for k in ("max_iterations", "max_seconds", "max_cost") if overrides[k] is not None
+    }
+    try:  # validated as the first run's were: `--max-iterations 0` is bad input here too
+        config = type(resumed.config).model_validate({**resumed.config.model_dump(), **budgets})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise RalphError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    return config, resumed
+
+
+def _run_session(
+    path: Path,
+    config: RunConfig,
+    resumed: Resume | None,
+    console: Console,
+    *,
+    branch: str | None,
+    apply: bool,
+    trace: Path | None,
+    quiet: bool,
+) -> FixOutcome:
+    """One `ralph fix` session, shown live on `console` unless `quiet` (for `--json`)."""
+    from ralph.session import fix as run_fix
+    from ralph.view import QuietView, RichView
+
+    if quiet:
+        return run_fix(
             path, config, view=QuietView(), branch=branch, apply=apply, trace_path=trace, resume=resumed
         )
-    else:
-        console.print(f"[bold]ralph fix[/] {path}", highlight=False)
-        with RichView(console) as view:
-            outcome = run_fix(
-                path, config, view=view, branch=branch, apply=apply, trace_path=trace, resume=resumed
-            )
+    console.print(f"[bold]ralph fix[/] {path}", highlight=False)
+    with RichView(console) as view:
+        return run_fix(path, config, view=view, branch=branch, apply=apply, trace_path=trace, resume=resumed)
+
+
+def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
+    """The run's summary: the `--json` object, and the rows of the ending table."""
     result = outcome.result
     summary = {
         "outcome": result.outcome,
@@ -182,15 +239,20 @@ def fix(
     }
     if result.outcome == "interrupted" and outcome.trace.parent.name == outcome.run_id:  # resumable
         summary["resume"] = f"ralph fix {shlex.quote(str(path))} --resume {outcome.run_id}"
-    if as_json:
-        print(json.dumps(summary))
-    else:
-        console.print(summary_table(summary))
-        for line in _next_steps(outcome, path, apply):
-            console.print(Text(line), highlight=False)
-        if "resume" in summary:
-            console.print(Text(f"interrupted; to continue: {summary['resume']}"), highlight=False)
-    raise typer.Exit(outcome.exit_code)
+    return summary
+
+
+def _print_ending(
+    console: Console, summary: dict[str, Any], outcome: FixOutcome, path: Path, applied_asked: bool
+) -> None:
+    """The summary table, the next steps and, for an interrupted run, how to resume it."""
+    from ralph.view import summary_table
+
+    console.print(summary_table(summary))
+    for line in _next_steps(outcome, path, applied_asked):
+        console.print(Text(line), highlight=False)
+    if "resume" in summary:
+        console.print(Text(f"interrupted; to continue: {summary['resume']}"), highlight=False)
 
 
 @app.command()

@@ -517,16 +517,21 @@ def apply_search_replace(files: Mapping[str, str], edits: Sequence[SearchReplace
     for path, content in result.items():
         validate_edit_path(path, content=content)
     if failures:
-        message = "\n\n".join(failures)
         applied = len(edits) - len(failures)
-        if applied:
-            them = "it" if applied == 1 else "them"
-            message += (
-                f"\n\n{_plural(applied, 'other block')} applied fine; don't resend {them}, only fixed "
-                "versions of the failed blocks."
-            )
-        raise EditError(message, partial=result if applied else None)
+        raise EditError(_failures_message(failures, applied), partial=result if applied else None)
     return result
+
+
+def _failures_message(failures: list[str], applied: int) -> str:
+    """The failed blocks' errors, and a note that the `applied` others need not be sent again."""
+    message = "\n\n".join(failures)
+    if applied:
+        them = "it" if applied == 1 else "them"
+        message += (
+            f"\n\n{_plural(applied, 'other block')} applied fine; don't resend {them}, only fixed "
+            "versions of the failed blocks."
+        )
+    return message
 
 
 def _replace_block(lines: list[str], search: list[str], replace: list[str]) -> list[str]:

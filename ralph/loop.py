@@ -5,12 +5,13 @@ It depends on the Protocols of ralph.domain only; ralph/session.py wires the con
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any
 
 from ralph.domain.candidate import Candidate
 from ralph.domain.errors import UnsafePath
+from ralph.domain.events import CandidateRecord, IterationRecord
 from ralph.domain.protocols import (
     Branch,
     DraftContext,
@@ -96,7 +97,8 @@ class Loop:
         """Draft, verify the candidates until one is accepted, trace, then move the branch: the
         state the loop goes on from."""
         t0 = time.perf_counter()
-        before, verdicts, draft_ms, commit = result.remaining, [], 0.0, None
+        before, draft_ms, commit = result.remaining, 0.0, None
+        verdicts: list[CandidateRecord] = []
         context = self._context(state, result.accepted, memory)
         for candidate, waited_ms in self._drafts(decision.drafter, context, decision.n, memory):  # draft
             draft_ms += waited_ms
@@ -114,8 +116,9 @@ class Loop:
                 break
             memory.reject(candidate, report)
         result.iterations += 1
-        record = self._record(result, decision, before, verdicts, t0, draft_ms, start)  # trace
-        record.update(proposed=memory.drafted, **({"commit": commit} if commit else {}))
+        record = self._record(
+            result, decision, before, verdicts, t0, draft_ms, start, memory.drafted, commit
+        )  # trace
         self.trace.write("iteration", **record)  # first the trace, then the branch
         if commit is not None:
             self.branch.advance(commit)
@@ -126,26 +129,36 @@ class Loop:
     def _drafts(
         self, name: str, context: DraftContext, n: int, memory: Memory
     ) -> Iterator[tuple[Candidate, float]]:
-        """The drafter's new candidates, cheapest to verify first, the first with the drafting time."""
+        """The drafter's new candidates, each with the drafting time it cost. A local drafter's batch
+        is sorted cheapest to verify first; a remote one (`remote = True`: a model behind an API,
+        which may ignore a request for n) is asked n times at once, and each candidate is verified as
+        soon as it arrives while the others are still being written."""
+        drafter = self.drafters[name]
+        memory.new_batch(0)
         start = time.perf_counter()
-        batch = self.drafters[name].draft(context, n)
-        memory.new_batch(len(batch))
-        waited = (time.perf_counter() - start) * 1000
-        for candidate in sorted(batch, key=_verification_order):
-            if memory.is_new(candidate):
-                yield candidate, waited
-                waited = 0.0
+        if getattr(drafter, "remote", False) and n > 1:
+            batches: Iterable[list[Candidate]] = _as_they_come(drafter, context, n)
+        else:
+            batches = [sorted(drafter.draft(context, n), key=_verification_order)]
+        for batch in batches:
+            memory.drafted += len(batch)
+            for candidate in batch:
+                if memory.is_new(candidate):
+                    yield candidate, (time.perf_counter() - start) * 1000
+                    start = time.perf_counter()
 
     def _record(
         self,
         result: RunResult,
         decision: RouteDecision,
         before: int,
-        verdicts: list[dict[str, Any]],
+        verdicts: list[CandidateRecord],
         t0: float,
         draft_ms: float,
         start: float,
-    ) -> dict[str, Any]:
+        proposed: int,
+        commit: str | None,
+    ) -> IterationRecord:
         verify_ms = sum(v["verify_ms"] for v in verdicts)
         return {
             "i": result.iterations,
@@ -160,7 +173,8 @@ class Loop:
             "elapsed_s": round(time.monotonic() - start, 3),  # since the loop started
             "cost_usd": sum(v["cost_usd"] or 0.0 for v in verdicts),
             "candidates": verdicts,
-            "commit": self.branch.tip,
+            "proposed": proposed,
+            "commit": commit or self.branch.tip,
         }
 
     def _out_of_budget(self, result: RunResult, elapsed: float) -> str | None:
@@ -175,7 +189,7 @@ class Loop:
     def _context(self, state: Observation, state_id: int, memory: Memory) -> DraftContext:
         return DraftContext(
             task=self.task,
-            project=self.workspace.project,
+            project=self.workspace.accepted_project,
             state_id=state_id,
             **vars(self.verifier.evidence(state)),
             rejected=frozenset(memory.rejected),
@@ -243,6 +257,13 @@ class Memory:
             self.best, self.best_remaining = entry, remaining
 
 
+def _as_they_come(drafter: Drafter, context: DraftContext, n: int) -> Iterator[list[Candidate]]:
+    """`drafter.draft(context, 1)` n times in parallel, each batch as soon as it is written."""
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        for future in as_completed([pool.submit(drafter.draft, context, 1) for _ in range(n)]):
+            yield future.result()
+
+
 def _verification_order(candidate: Candidate) -> int:
     """Cheapest to verify first: a parse error costs nothing, then edits touching fewer files
     (a file whose contents keep their length, a one-token swap, counts as none)."""
@@ -251,7 +272,7 @@ def _verification_order(candidate: Candidate) -> int:
     return 1 + sum(len(c.after or "") != len(c.before or "") for c in candidate.changes)
 
 
-def _summary(record: dict[str, Any]) -> IterationSummary:
+def _summary(record: IterationRecord) -> IterationSummary:
     return IterationSummary(
         i=record["i"],
         drafter=record["drafter"],
@@ -266,7 +287,7 @@ def _summary(record: dict[str, Any]) -> IterationSummary:
     )
 
 
-def _candidate_record(candidate: Candidate, report: VerifyReport) -> dict[str, Any]:
+def _candidate_record(candidate: Candidate, report: VerifyReport) -> CandidateRecord:
     return {
         "drafter": candidate.drafter,
         "description": candidate.description,

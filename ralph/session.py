@@ -15,7 +15,7 @@ from ralph.branch import RalphBranch
 from ralph.config import RunConfig
 from ralph.domain.candidate import PROTECTED_TESTS
 from ralph.domain.errors import RalphError
-from ralph.domain.protocols import Sandbox, View
+from ralph.domain.protocols import Drafter, Router, View
 from ralph.domain.results import StageResult
 from ralph.domain.score import Observation
 from ralph.drafters import create_drafter
@@ -187,21 +187,65 @@ def fix(
     `staged` starts from the index instead of the working tree; `only` limits edits to these files;
     `resume` continues a killed or interrupted run where its trace says it stopped."""
     require_sandbox(config.sandbox)
-    if resume is not None:
-        snap, run_id, branch_name, trace_path = resume.snap, resume.run_id, resume.branch, resume.trace
-        current = run_git(
-            snap.toplevel, "for-each-ref", "--format=%(objectname)", f"refs/heads/{branch_name}"
+    snap, run_id, branch_name = _starting_point(path, config, branch, staged, resume)
+    drafters, router = _drafters(config, view)
+    exclude_ralph_dir(snap.toplevel)
+    trace_path = trace_path or (
+        resume.trace if resume else snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
+    )
+    sweep_stale()  # what a run killed with SIGKILL left
+    with contextlib.ExitStack() as stack:  # undone in reverse: verifier, sandboxes, trace, files, lock
+        tmp = _private_dir(stack)
+        trace = stack.enter_context(contextlib.closing(TraceWriter(trace_path)))
+        workspace = _workspace(tmp, snap, branch_name, resume)
+        toolchain = _toolchain(stack, tmp, workspace, snap, config, view)
+        verifier = _verifier(toolchain, config, snap, only)
+        stack.callback(verifier.close)
+        start = _start_record(run_id, config, snap, branch_name, drafters, toolchain.python, resume)
+        state = _baseline(verifier, trace, start, resume, view)
+        workspace.capture()  # what every candidate starts from, exactly
+        ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
+        loop = Loop(
+            task=config.task,
+            workspace=workspace,
+            verifier=verifier,
+            drafters=drafters,
+            router=router,
+            branch=ralph_branch,
+            trace=trace,
+            view=view,
+            budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
+            protected=verifier.protected,
         )
-        current_tip = current.strip() or None
-        if current_tip != resume.tip and not _finish_advance(
-            snap.toplevel, branch_name, current_tip, resume.tip, snap.commit
-        ):
-            raise RalphError(f"--resume {run_id}: branch {branch_name} moved since the run stopped")
-    else:
+        result = _drive(loop, state, resume, trace, branch_name)
+        applied = _apply(ralph_branch, view) if apply else []
+        _write_end(trace, result, ralph_branch, branch_name, applied)
+        return _outcome(run_id, result, ralph_branch, trace_path, applied, apply, verifier.notices)
+
+
+def _starting_point(
+    path: Path, config: RunConfig, branch: str | None, staged: bool, resume: Resume | None
+) -> tuple[Snapshot, str, str]:
+    """The snapshot the run starts from, its id and its branch: a new one, or the resumed run's
+    (whose branch must still be where the run left it)."""
+    if resume is None:
         snap = snapshot(path, staged=staged, include_untracked=config.include_untracked)
         run_id = new_run_id()
         branch_name = branch or f"ralph/{run_id}"
         check_branch_name(snap.toplevel, branch_name)
+        return snap, run_id, branch_name
+    snap, run_id, branch_name = resume.snap, resume.run_id, resume.branch
+    current = run_git(snap.toplevel, "for-each-ref", "--format=%(objectname)", f"refs/heads/{branch_name}")
+    current_tip = current.strip() or None
+    if current_tip != resume.tip and not _finish_advance(
+        snap.toplevel, branch_name, current_tip, resume.tip, snap.commit
+    ):
+        raise RalphError(f"--resume {run_id}: branch {branch_name} moved since the run stopped")
+    return snap, run_id, branch_name
+
+
+def _drafters(config: RunConfig, view: View) -> tuple[dict[str, Drafter], Router]:
+    """The fast drafter (and the deep one, when configured) and the routing policy between them."""
     models = {name: m.model_dump() for name, m in config.models.items()}
     fast_spec = config.drafter
     if fast_spec == "auto" and config.deep:
@@ -217,162 +261,194 @@ def fix(
     router = create_router(
         config.router, fast=drafter.name, deep=deep.name if deep else None, n=config.candidates, k=config.k
     )
-    exclude_ralph_dir(snap.toplevel)
-    if trace_path is None:
-        trace_path = snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
-    project_dir = snap.toplevel / snap.subdir
-    sweep_stale()  # what a run killed with SIGKILL left
+    return drafters, router
+
+
+def _private_dir(stack: contextlib.ExitStack[bool | None]) -> Path:
+    """This run's private temporary directory, removed at the end, with its owner lock held."""
     tmp = Path(tempfile.mkdtemp(prefix=f"ralph-{os.getpid()}-"))
     owner = hold_owner_lock(tmp)  # released (by the kernel, if need be) when this run ends
-    trace = TraceWriter(trace_path)
-    verifier: Verifier | None = None
-    sandbox: Sandbox | None = None
-    checker: Sandbox | None = None
+    stack.callback(os.close, owner)
+    stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+    return tmp
+
+
+def _workspace(tmp: Path, snap: Snapshot, branch_name: str, resume: Resume | None) -> Workspace:
+    """The workspace: tracked and untracked files as the tests see them, and what a resumed run
+    accepted before it stopped."""
+    materialize(snap, tmp / "ws")
+    workspace = Workspace(tmp / "ws", snap.subdir)
+    if resume is not None and resume.tip:
+        _overlay(tmp / "ws", RalphBranch(snap, branch_name, tip=resume.tip))
+    return workspace
+
+
+def _toolchain(
+    stack: contextlib.ExitStack[bool | None],
+    tmp: Path,
+    workspace: Workspace,
+    snap: Snapshot,
+    config: RunConfig,
+    view: View,
+) -> Toolchain:
+    """The sandboxes candidates run in (closed at the end) and the project's interpreter."""
+    scratch = tmp / "scratch"
+    scratch.mkdir()
+    sandbox = select_sandbox(workspace.root, [scratch], config.sandbox)
+    # The type checker reads the candidate's files and executes none: it writes nothing.
+    checker = select_sandbox(workspace.root, [], config.sandbox, workspace_writable=False)
+    for box in (sandbox, checker):
+        if callable(close := getattr(box, "close", None)):
+            stack.callback(close)
+    if not config.sandbox:
+        view.notice("--no-sandbox: candidate code runs without isolation (rlimits and timeouts only)")
+    toolchain = Toolchain(
+        python=find_python(workspace.project, snap.toplevel, config.python),
+        sandbox=sandbox,
+        project=workspace.project,
+        scratch=scratch,
+        checker=checker,
+        root=workspace.root,
+    )
+    if not toolchain.has_module("pytest"):
+        raise RalphError(f"pytest is not importable by {toolchain.python}; install it there or pass --python")
+    return toolchain
+
+
+def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: list[str] | None) -> Verifier:
+    return Verifier(
+        toolchain,
+        checks=config.checks,
+        targets=frozenset(config.tests) or None,
+        types=mypy_configured(toolchain.project) if config.types is None else config.types,
+        coverage_cache=snap.toplevel / ".ralph" / "cache",
+        protected=() if config.allow_test_edits else PROTECTED_TESTS,
+        only=tuple(only) if only is not None else None,
+        test_timeout_s=config.test_timeout_s,
+    )
+
+
+def _start_record(
+    run_id: str,
+    config: RunConfig,
+    snap: Snapshot,
+    branch_name: str,
+    drafters: dict[str, Drafter],
+    python: str,
+    resume: Resume | None,
+) -> dict[str, object]:
+    """The run_start record's fields, before the baseline is known."""
+    return {
+        "run_id": run_id,
+        "task": config.task,
+        "repo": str(snap.toplevel),
+        "project": snap.subdir or ".",
+        "base_commit": snap.head,
+        "snapshot_commit": snap.commit,
+        "work_tree": snap.files_tree,
+        "untracked": list(snap.untracked),
+        "branch": branch_name,
+        "config": config.model_dump(),
+        "drafters": {d.name: type(d).__name__ for d in drafters.values()},
+        "python": python,
+        "started": time.time(),
+        **({"resumed_after": resume.iterations} if resume else {}),
+    }
+
+
+def _baseline(
+    verifier: Verifier, trace: TraceWriter, start: dict[str, object], resume: Resume | None, view: View
+) -> Observation:
+    """Verify the starting state in full and write the run_start record (with why, when it fails)."""
     try:
-        materialize(snap, tmp / "ws")  # tracked and untracked files, as the tests see them
-        workspace = Workspace(tmp / "ws", snap.subdir)
-        if resume is not None and resume.tip:  # and what the run accepted before it stopped
-            _overlay(tmp / "ws", RalphBranch(snap, branch_name, tip=resume.tip))
-        scratch = tmp / "scratch"
-        scratch.mkdir()
-        sandbox = select_sandbox(workspace.root, [scratch], config.sandbox)
-        # The type checker reads the candidate's files and executes none: it writes nothing.
-        checker = select_sandbox(workspace.root, [], config.sandbox, workspace_writable=False)
-        if not config.sandbox:
-            view.notice("--no-sandbox: candidate code runs without isolation (rlimits and timeouts only)")
-        toolchain = Toolchain(
-            python=find_python(project_dir, snap.toplevel, config.python),
-            sandbox=sandbox,
-            project=workspace.project,
-            scratch=scratch,
-            checker=checker,
-            root=workspace.root,
+        state, stages = verifier.baseline()
+    except RalphError as exc:
+        trace.write("run_start", **start, baseline={"error": str(exc)})
+        trace.write("run_end", outcome="error", error=str(exc), iterations=0)
+        raise
+    if resume is not None:  # scores stay relative to the run's original starting state
+        verifier.baseline_obs = resume.baseline
+    for line in verifier.notices:
+        view.notice(line)
+    score = verifier.score(state)
+    baseline = {
+        "remaining": score.remaining,
+        "score": score.to_json(),
+        "stages": [s.to_json() for s in stages],
+    }
+    trace.write(
+        "run_start", **start, baseline=baseline, disabled_stages=verifier.disabled, notices=verifier.notices
+    )
+    return state
+
+
+def _drive(
+    loop: Loop, state: Observation, resume: Resume | None, trace: TraceWriter, branch_name: str
+) -> RunResult:
+    """Run the loop; a run that fails (a full disk, a stale lock) still says so in its trace."""
+    try:
+        return loop.run(
+            state,
+            done=(resume.iterations, resume.cost_usd) if resume else (0, 0.0),
+            rejected=resume.rejected if resume else frozenset(),
         )
-        if not toolchain.has_module("pytest"):
-            raise RalphError(
-                f"pytest is not importable by {toolchain.python}; install it there or pass --python"
+    except RalphError as exc:
+        with contextlib.suppress(RalphError, OSError):
+            trace.write(
+                "run_end", outcome="error", error=str(exc), branch=branch_name, final_commit=loop.branch.tip
             )
-        types = mypy_configured(workspace.project) if config.types is None else config.types
-        protected = () if config.allow_test_edits else PROTECTED_TESTS
-        targets = frozenset(config.tests) or None
-        verifier = Verifier(
-            toolchain,
-            checks=config.checks,
-            targets=targets,
-            types=types,
-            coverage_cache=snap.toplevel / ".ralph" / "cache",
-            protected=protected,
-            only=tuple(only) if only is not None else None,
-            test_timeout_s=config.test_timeout_s,
-        )
-        start_record = {
-            "run_id": run_id,
-            "task": config.task,
-            "repo": str(snap.toplevel),
-            "project": snap.subdir or ".",
-            "base_commit": snap.head,
-            "snapshot_commit": snap.commit,
-            "work_tree": snap.files_tree,
-            "untracked": list(snap.untracked),
-            "branch": branch_name,
-            "config": config.model_dump(),
-            "drafters": {d.name: type(d).__name__ for d in drafters.values()},
-            "python": toolchain.python,
-            "started": time.time(),
-            **({"resumed_after": resume.iterations} if resume else {}),
-        }
-        try:
-            state, stages = verifier.baseline()
-        except RalphError as exc:
-            trace.write("run_start", **start_record, baseline={"error": str(exc)})
-            trace.write("run_end", outcome="error", error=str(exc), iterations=0)
-            raise
-        if resume is not None:  # scores stay relative to the run's original starting state
-            verifier.baseline_obs = resume.baseline
-        for line in verifier.notices:
-            view.notice(line)
-        # What every candidate starts from, exactly: whatever a candidate's tests write is undone.
-        workspace.capture()
-        score = verifier.score(state)
-        baseline = {
-            "remaining": score.remaining,
-            "score": score.to_json(),
-            "stages": [s.to_json() for s in stages],
-        }
-        trace.write(
-            "run_start",
-            **start_record,
-            baseline=baseline,
-            disabled_stages=verifier.disabled,
-            notices=verifier.notices,
-        )
-        ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
-        loop = Loop(
-            task=config.task,
-            workspace=workspace,
-            verifier=verifier,
-            drafters=drafters,
-            router=router,
-            branch=ralph_branch,
-            trace=trace,
-            view=view,
-            budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
-            protected=protected,
-        )
-        try:
-            result = loop.run(
-                state,
-                done=(resume.iterations, resume.cost_usd) if resume else (0, 0.0),
-                rejected=resume.rejected if resume else frozenset(),
-            )
-        except RalphError as exc:  # a full disk, a stale lock: the trace still says how the run ended
-            with contextlib.suppress(RalphError, OSError):
-                trace.write(
-                    "run_end",
-                    outcome="error",
-                    error=str(exc),
-                    branch=branch_name,
-                    final_commit=ralph_branch.tip,
-                )
-            raise
-        applied: list[str] = []
-        if apply and ralph_branch.tip:
-            try:
-                applied = ralph_branch.apply_to_working_tree()
-            except RalphError as exc:
-                view.notice(str(exc))
-        trace.write(
-            "run_end",
-            outcome=result.outcome,
-            iterations=result.iterations,
-            accepted=result.accepted,
-            remaining_at_start=result.remaining_at_start,
-            remaining=result.remaining,
-            wall_s=round(result.wall_s, 3),
-            cost_usd=result.cost_usd,
-            branch=branch_name if ralph_branch.tip else None,
-            final_commit=ralph_branch.tip,
-            applied=applied,
-        )
-        return FixOutcome(
-            run_id,
-            result,
-            branch_name if ralph_branch.tip else None,
-            ralph_branch.tip,
-            trace_path,
-            applied,
-            apply_refused=apply and bool(ralph_branch.tip) and not applied,
-            notices=verifier.notices,
-            untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed_paths()),
-            base_commit=snap.commit,
-            toplevel=snap.toplevel,
-        )
-    finally:
-        if verifier is not None:
-            verifier.close()
-        for box in (sandbox, checker):
-            if callable(close := getattr(box, "close", None)):
-                close()
-        trace.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.close(owner)
+        raise
+
+
+def _apply(ralph_branch: RalphBranch, view: View) -> list[str]:
+    """`--apply`: the branch's changes written into the user's working tree, when that is safe."""
+    if not ralph_branch.tip:
+        return []
+    try:
+        return ralph_branch.apply_to_working_tree()
+    except RalphError as exc:
+        view.notice(str(exc))
+        return []
+
+
+def _outcome(
+    run_id: str,
+    result: RunResult,
+    ralph_branch: RalphBranch,
+    trace_path: Path,
+    applied: list[str],
+    apply: bool,
+    notices: list[str],
+) -> FixOutcome:
+    snap, tip = ralph_branch.snap, ralph_branch.tip
+    return FixOutcome(
+        run_id,
+        result,
+        ralph_branch.name if tip else None,
+        tip,
+        trace_path,
+        applied,
+        apply_refused=apply and bool(tip) and not applied,
+        notices=notices,
+        untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed_paths()),
+        base_commit=snap.commit,
+        toplevel=snap.toplevel,
+    )
+
+
+def _write_end(
+    trace: TraceWriter, result: RunResult, ralph_branch: RalphBranch, branch_name: str, applied: list[str]
+) -> None:
+    trace.write(
+        "run_end",
+        outcome=result.outcome,
+        iterations=result.iterations,
+        accepted=result.accepted,
+        remaining_at_start=result.remaining_at_start,
+        remaining=result.remaining,
+        wall_s=round(result.wall_s, 3),
+        cost_usd=result.cost_usd,
+        branch=branch_name if ralph_branch.tip else None,
+        final_commit=ralph_branch.tip,
+        applied=applied,
+    )

@@ -10,6 +10,8 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from ralph.domain.events import IterationRecord
+
 
 class QuietView:
     """For --json, benchmarks and tests: iterations are not shown; notices go to stderr unless muted."""
@@ -17,7 +19,7 @@ class QuietView:
     def __init__(self, notices: bool = True) -> None:
         self.notices = notices
 
-    def iteration(self, record: dict[str, Any]) -> None:
+    def iteration(self, record: IterationRecord) -> None:
         pass
 
     def notice(self, text: str) -> None:
@@ -49,7 +51,7 @@ class RichView:
     def notice(self, text: str) -> None:
         self.console.print(Text.assemble(("ralph:", "yellow"), " ", plain(text)), highlight=False)
 
-    def iteration(self, record: dict[str, Any]) -> None:
+    def iteration(self, record: IterationRecord) -> None:
         # What came from the project or a model (test ids, messages, descriptions) is text: never
         # Rich markup, never a terminal escape sequence (a forged test id once made a hyperlink).
         candidates = record["candidates"]

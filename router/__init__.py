@@ -1,4 +1,6 @@
-"""Routing policies: pure functions of the run's history that pick the next drafter."""
+"""Routing policies: pure functions of the run's history that pick the next drafter.
+
+May import ralph.domain only."""
 
 from router.policies import CascadePolicy, FixedPolicy, StallPolicy, Tier, create_router
 

@@ -1,4 +1,7 @@
-"""Isolation mechanisms: where and how a candidate's code is run."""
+"""Isolation mechanisms: where and how a candidate's code is run (local, bubblewrap), and the
+workspace it runs on (every file operation beneath it refuses links).
+
+May import ralph.domain only."""
 
 from __future__ import annotations
 

@@ -187,6 +187,15 @@ class Workspace:
         self._first: dict[str, bytes | None] = {}
         self._pristine = self.root.with_name(self.root.name + ".accepted")
 
+    @property
+    def accepted_project(self) -> Path:
+        """The project as accepted so far: the host-only copy `capture` keeps, which no candidate's
+        edit or code reaches. Drafters read it, so one that drafts while a candidate is applied and
+        verified (a remote model's parallel requests) never sees that candidate's files."""
+        if self._state is None:
+            return self.project
+        return self._pristine / self.subdir if self.subdir else self._pristine
+
     def resolve(self, path: str) -> Path:
         """The absolute file for a project-relative `path`, refusing anything that could escape."""
         parts = safe_parts(path)

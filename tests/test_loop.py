@@ -3,6 +3,7 @@ rejected edit is handed to the next draft, and a remote drafter's candidates are
 
 from __future__ import annotations
 
+import threading
 import time
 
 from ralph.config import RunConfig
@@ -40,14 +41,23 @@ class RepeatingDrafter:
 
 
 class SlowRemoteDrafter:
-    """Each call takes 0.4 s, like a remote model; the loop should ask for n at once."""
+    """Each call takes 0.4 s and writes one candidate, like a model behind an API that ignores n;
+    only the fourth call's is right. The loop should make the n calls at once."""
 
     name = "remote"
     remote = True
 
+    def __init__(self) -> None:
+        self.calls = 0
+        self.lock = threading.Lock()
+
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
+        assert n == 1, "a remote drafter is asked for one candidate per call"
+        with self.lock:
+            self.calls += 1
+            call = self.calls
         time.sleep(0.4)
-        return [edit(context, GOOD, "good")]
+        return [edit(context, GOOD if call == 4 else BAD, f"call {call}")]
 
 
 def test_duplicates_and_rejected_edits_are_verified_once(make_repo):
@@ -75,5 +85,6 @@ def test_a_remote_drafter_is_asked_in_parallel(make_repo):
     )
     assert outcome.result.outcome == "goal"
     first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")
-    assert first["draft_ms"] < 4 * 400  # four calls overlapped, not queued
+    assert first["accepted"] and first["candidates"][-1]["description"] == "call 4"
+    assert first["draft_ms"] < 3 * 400  # four calls overlapped, not queued
     assert time.monotonic() - start < 20

@@ -1,4 +1,5 @@
-"""Staged verification on real projects: what each stage catches, and that the gate is the last word."""
+"""Staged verification on real projects: what each stage catches, and (through verify()) that the gate
+is the last word."""
 
 from __future__ import annotations
 
@@ -172,3 +173,74 @@ def test_what_a_mypy_plugin_prints_never_shifts_the_daemons_verdicts(tmp_path):
     finally:
         mypy.close()
     assert verdicts == [True, False, True, False, True]
+
+
+# The whole sequence, gate included: verify() on an applied candidate, the workspace put back
+# before the gate as the loop does.
+
+BUGGY = {
+    "shapes.py": "# shapes\nSIZES = [1, 2]\n\n\ndef area(w, h):\n    return w + h\n",
+    "tests/test_shapes.py": (
+        "import pytest\n\nfrom shapes import SIZES, area\n\n\n"
+        "def test_area():\n    assert area(2, 3) == 6\n\n\n"
+        "@pytest.mark.parametrize('n', SIZES)\ndef test_square(n):\n    assert area(n, n) >= n\n"
+    ),
+    # Reads the source as text: no coverage and no import sees it, so no selection can pick it.
+    "tests/test_text.py": (
+        "from pathlib import Path\n\nimport pytest\n\n"
+        "SOURCE = (Path(__file__).parent.parent / 'shapes.py').read_text()\n\n\n"
+        "@pytest.mark.parametrize('line', [x for x in SOURCE.splitlines() if x.startswith('#')])\n"
+        "def test_comment(line):\n    assert line.strip()\n\n\n"
+        "def test_single_return():\n    assert SOURCE.count('return') == 1\n"
+    ),
+}
+
+
+def verify(v: Verifier, ws: Workspace, state: Observation, cand: Candidate):
+    ws.capture()
+    return v.verify(cand, state, reset=ws.restore)
+
+
+def test_verify_accepts_a_fix_after_the_gate_ran_the_whole_suite(verifier):
+    v, ws, state = verifier(BUGGY)
+    report = verify(v, ws, state, candidate(ws, "shapes.py", "w + h", "w * h"))
+    assert report.accepted, report.reason
+    assert report.reason == "remaining error 1 -> 0"
+    gate = next(s for s in report.stages if s.stage == "gate")
+    assert len(gate.tests) == 5 and all(t.outcome == "passed" for t in gate.tests)
+
+
+def test_the_gate_catches_what_no_selection_could_see(verifier):
+    v, ws, state = verifier(BUGGY)
+    fix = candidate(
+        ws, "shapes.py", "    return w + h\n", "    if w < 0:\n        return 0\n    return w * h\n"
+    )
+    report = verify(v, ws, state, fix)
+    assert not report.accepted
+    assert report.failed_stage == "gate", report.reason
+    assert "tests/test_text.py::test_single_return" in report.reason
+    selected = [s for s in report.stages if s.stage == "tests"][-1]
+    assert "test_text" not in " ".join(t.nodeid for t in selected.tests)  # the selection missed it
+
+
+def test_a_test_that_disappears_from_the_suite_fails_the_gate(verifier):
+    v, ws, state = verifier(BUGGY)
+    before = ws.read("shapes.py")
+    assert before is not None
+    after = before.replace("# shapes\n", "").replace("w + h", "w * h")
+    change = FileChange("shapes.py", before, after)
+    ws.apply([change])
+    report = verify(v, ws, state, Candidate("test", "fix, and drop a case", (change,)))
+    assert not report.accepted
+    assert report.failed_stage == "gate", report.reason
+    assert "tests/test_text.py::test_comment[# shapes]" in report.reason
+    gate = next(s for s in report.stages if s.stage == "gate")
+    gone = [t for t in gate.tests if t.message == "disappeared from the suite"]
+    assert [t.nodeid for t in gone] == ["tests/test_text.py::test_comment[# shapes]"]
+
+
+def test_a_candidate_that_improves_nothing_never_reaches_the_gate(verifier):
+    v, ws, state = verifier(BUGGY)
+    report = verify(v, ws, state, candidate(ws, "shapes.py", "w + h", "h + w"))
+    assert not report.accepted and report.reason == "no improvement on the targeted checks"
+    assert "gate" not in [s.stage for s in report.stages]

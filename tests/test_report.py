@@ -93,6 +93,7 @@ def write_trace(path, records):
 
 
 def test_report_command_json_csv_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")  # the `plot` extra
     trace = tmp_path / "runs" / "r1" / "trace.jsonl"
     write_trace(trace, HAND)
     csv_file, png = tmp_path / "it.csv", tmp_path / "plot.png"

@@ -37,24 +37,37 @@ def test_a_torn_last_record_is_skipped(tmp_path):
     assert [r["type"] for r in read_trace(path)] == ["run_start"]
 
 
-def _workers() -> set[int]:
-    """Live processes of the warm test runner (the worker and the tests it forked)."""
-    found = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            alive = proc.name.isdigit() and "ralph_worker" in (proc / "cmdline").read_text()
-            if alive and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                found.add(int(proc.name))
-        except OSError:
-            continue
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first, then the parent), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> set[int]:
+    """The live processes below `root` (bubblewrap's, the worker's and the tests' it forked): only
+    what this test started, whatever else runs on the machine."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
     return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if (fields := _stat(p)) is not None and fields[0] != "Z"}
 
 
 def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_path):
     repo = make_repo(UNFIXABLE)
     status = git(repo, "status", "--porcelain")
     trace = tmp_path / "trace.jsonl"
-    before = _workers()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ralph", "fix", str(repo), "--trace", str(trace), "--candidates", "1"],
         stdout=subprocess.DEVNULL,
@@ -66,9 +79,11 @@ def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_p
             if trace.exists() and sum(r["type"] == "iteration" for r in read_trace(trace)) >= 2:
                 break
             time.sleep(0.05)
+        started = _descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=10)
+    assert started, "the run had no child processes to check"
     lines = trace.read_text().splitlines()
     records = read_trace(trace)
     assert records[0]["type"] == "run_start"
@@ -78,9 +93,9 @@ def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_p
     # Nothing ralph started outlives it: the sandbox (or the worker's watch on its parent) takes the
     # worker and the test it was running down with it.
     deadline = time.monotonic() + 10
-    while _workers() - before and time.monotonic() < deadline:
+    while _alive(started) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _workers() - before
+    assert not _alive(started)
     for r in iterations:
         assert {
             "i",

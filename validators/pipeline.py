@@ -102,9 +102,14 @@ class Verifier:
         # they are off for the run, said at the start and in the trace, never silently passed.
         self.disabled: dict[str, str] = {}
         self._ruff_drift: str | None = None
-        self.static = static = Step((SyntaxStage(self.syntax), LintStage(self.ruff)))
-        # The order a candidate meets the stages in; each step runs only if the ones before passed.
-        self.sequence = (
+        self.static, self.sequence, self.detection = self._steps()
+
+    def _steps(self) -> tuple[Step, tuple[Step, ...], tuple[Step, ...]]:
+        """The static step; the order a candidate meets the stages in (each step runs only if the
+        ones before it passed); and what a regressing candidate meets before the gate (what `ralph
+        bench verify` times)."""
+        static = Step((SyntaxStage(self.syntax), LintStage(self.ruff)))
+        sequence = (
             replace(static, repair=self._safe_fixes),
             Step(
                 (
@@ -123,8 +128,8 @@ class Verifier:
                 blame="gate",
             ),
         )
-        # What a regressing candidate meets before the gate (what `ralph bench verify` times).
-        self.detection = (static, Step((SelectedTestsStage(self), TypesStage(self))))
+        detection = (static, Step((SelectedTestsStage(self), TypesStage(self))))
+        return static, sequence, detection
 
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""

@@ -51,39 +51,8 @@ class PytestValidator:
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
-            report_path = Path(tmp.path) / "report.jsonl"
-            coverage_path = Path(tmp.path) / "coverage.json"
-            env = {
-                "RALPH_REPORT": str(report_path),
-                "RALPH_COVERAGE_ROOT": str(project) + "/",
-                "RALPH_TEST_TIMEOUT": str(min(self.test_timeout_s, scope.timeout_s)),
-            }
-            if coverage:
-                env["RALPH_COVERAGE"] = str(coverage_path)
-            if failed_first or words:
-                env["RALPH_FIRST"] = json.dumps({"tests": list(failed_first), "words": list(words)})
-            args = [
-                "-p",
-                "ralph_pytest_report",
-                "-p",
-                "no:cacheprovider",
-                f"--rootdir={project}",
-                "-q",
-                # Our plugin writes each failure's message itself: pytest's formatting is slow.
-                "--tb=no",
-                "--no-header",
-                # One module that fails to import must not hide the outcome of every other test.
-                "--continue-on-collection-errors",
-                *(["-x"] if exitfirst else []),
-            ]
-            selected = list(scope.tests or ())
-            if self.warm is not None:
-                # Fail-fast runs of selected tests come once per candidate: the worker readies the next.
-                spare = exitfirst and bool(selected)
-                run = self.warm.run(args, selected, env=env, timeout_s=scope.timeout_s, spare=spare)
-            else:
-                argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
-                run = self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
+            env = self._run_env(Path(tmp.path), project, scope, coverage, failed_first, words)
+            run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
             tests, end, unreadable, failing_records = _read_report(tmp, project)
             if coverage:
                 self.last_coverage = _read_coverage(tmp.read("coverage.json"), project)
@@ -104,6 +73,37 @@ class PytestValidator:
         ok = error is None and not any(t.failing for t in tests)
         return StageResult(self.name, ok=ok, duration_ms=elapsed, detail=detail, tests=tests, error=error)
 
+    def _run_env(
+        self,
+        tmp: Path,
+        project: Path,
+        scope: Scope,
+        coverage: bool,
+        failed_first: Sequence[str],
+        words: Sequence[str],
+    ) -> dict[str, str]:
+        """The settings our report plugin reads: where to write the report and coverage, limits, order."""
+        env = {
+            "RALPH_REPORT": str(tmp / "report.jsonl"),
+            "RALPH_COVERAGE_ROOT": str(project) + "/",
+            "RALPH_TEST_TIMEOUT": str(min(self.test_timeout_s, scope.timeout_s)),
+        }
+        if coverage:
+            env["RALPH_COVERAGE"] = str(tmp / "coverage.json")
+        if failed_first or words:
+            env["RALPH_FIRST"] = json.dumps({"tests": list(failed_first), "words": list(words)})
+        return env
+
+    def _run(self, args: list[str], scope: Scope, env: dict[str, str], exitfirst: bool) -> ProcessResult:
+        """Run pytest on the scope's tests, in the warm runner when there is one, else a fresh process."""
+        selected = list(scope.tests or ())
+        if self.warm is not None:
+            # Fail-fast runs of selected tests come once per candidate: the worker readies the next.
+            spare = exitfirst and bool(selected)
+            return self.warm.run(args, selected, env=env, timeout_s=scope.timeout_s, spare=spare)
+        argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
+        return self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
+
     def baseline(self, timeout_s: float, coverage: bool = True) -> StageResult:
         """The whole suite (with per-test coverage unless cached); a suite that cannot run is bad input."""
         result = self.check(Scope(timeout_s=timeout_s), coverage=coverage)
@@ -112,6 +112,24 @@ class PytestValidator:
         if result.error is not None:
             raise RalphError(f"the test suite could not run at baseline: {result.error.splitlines()[0]}")
         return result
+
+
+def _pytest_args(project: Path, exitfirst: bool) -> list[str]:
+    """pytest's options: our report plugin, no cache, quiet, and every collectable module run."""
+    return [
+        "-p",
+        "ralph_pytest_report",
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={project}",
+        "-q",
+        # Our plugin writes each failure's message itself: pytest's formatting is slow.
+        "--tb=no",
+        "--no-header",
+        # One module that fails to import must not hide the outcome of every other test.
+        "--continue-on-collection-errors",
+        *(["-x"] if exitfirst else []),
+    ]
 
 
 def _tail(output: str, lines: int = 8) -> str:

@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ralph.domain.results import ProcessResult
 from sandboxes.local import ScratchDir, child_env, kill_group, read_capped, read_line
@@ -67,34 +67,15 @@ class WarmRunner:
     ) -> ProcessResult:
         """One run of `pytest args tests`; output is captured to a file and returned head/tail-capped.
         With `spare`, the worker then forks the next child ahead, configured for the same `args`."""
-        if self._proc is None or self._proc.poll() is not None:
-            self._proc = self._start()
-        proc = self._proc
+        proc = self._worker()
         assert proc.stdin is not None
         self._next_id += 1
         with ScratchDir(self.toolchain.scratch, "ralph-warm-") as tmp:
-            output = Path(tmp.path) / "output"
-            request = {
-                "id": self._next_id,
-                "args": list(args),
-                "tests": list(tests),
-                "spare": spare,
-                "env": dict(env),
-                "cwd": str(self.toolchain.project),
-                "path": [str(PLUGIN_DIR), str(self.toolchain.project)],
-                "timeout": timeout_s,
-                "output": str(output),
-            }
+            request = self._request(args, tests, env, timeout_s, spare, Path(tmp.path) / "output")
             start = time.monotonic()
-            try:
-                proc.stdin.write(json.dumps(request) + "\n")
-                proc.stdin.flush()
-                line = read_line(proc, timeout_s + 30)
-            except (BrokenPipeError, OSError):
-                line = None
+            line = _exchange(proc, request, timeout_s + 30)
             if not line:  # the worker itself died or hung: start afresh next time
-                kill_group(proc)
-                self._proc = None
+                self._drop(proc)
                 return ProcessResult(
                     -9,
                     "the warm test runner died",
@@ -102,32 +83,59 @@ class WarmRunner:
                     timed_out=False,
                     error="the warm test runner died",
                 )
-            try:
-                reply = json.loads(line)
-                returncode, seconds, timed_out = (
-                    int(reply["returncode"]),
-                    float(reply["seconds"]),
-                    bool(reply["timed_out"]),
-                )
-            except (ValueError, KeyError, TypeError):  # not the worker's reply: it cannot be trusted
-                kill_group(proc)
-                self._proc = None
+            parsed = _parse_reply(line)
+            if parsed is None:  # not the worker's reply: it cannot be trusted
+                self._drop(proc)
                 return ProcessResult(
                     -9, "the warm test runner's reply is unreadable", 0.0, error="unreadable reply"
                 )
+            reply, returncode, seconds, timed_out = parsed
             self.readied += bool(reply.get("readied"))
-            text = ""
-            fd = _open_output(tmp.fd)
-            if fd is not None:
-                with fd as f:
-                    text = read_capped(f, 1 << 20)  # a test printing gigabytes costs a megabyte
-            error = None
-            if reply.get("disk_exceeded"):
-                error = "the tests wrote more than the disk cap allows (killed)"
-            elif reply.get("leftovers_alive"):
-                error = "processes the tests started could not be killed"
-                self.close()  # its sandbox goes with it
+            text = _read_output(tmp.fd)
+            error = self._reply_error(reply)
         return ProcessResult(returncode, text, seconds, timed_out, error=error)
+
+    def _worker(self) -> subprocess.Popen[str]:
+        """The running worker, started afresh when there is none or it has exited."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._start()
+        return self._proc
+
+    def _drop(self, proc: subprocess.Popen[str]) -> None:
+        """Kill a worker that can no longer be trusted, so the next request starts a new one."""
+        kill_group(proc)
+        self._proc = None
+
+    def _request(
+        self,
+        args: Sequence[str],
+        tests: Sequence[str],
+        env: Mapping[str, str],
+        timeout_s: float,
+        spare: bool,
+        output: Path,
+    ) -> dict[str, Any]:
+        """The worker's request for one run, numbered with the latest request id."""
+        return {
+            "id": self._next_id,
+            "args": list(args),
+            "tests": list(tests),
+            "spare": spare,
+            "env": dict(env),
+            "cwd": str(self.toolchain.project),
+            "path": [str(PLUGIN_DIR), str(self.toolchain.project)],
+            "timeout": timeout_s,
+            "output": str(output),
+        }
+
+    def _reply_error(self, reply: dict[str, Any]) -> str | None:
+        """Why a finished run's outcome is void (closing the worker when its tests' processes survive)."""
+        if reply.get("disk_exceeded"):
+            return "the tests wrote more than the disk cap allows (killed)"
+        if reply.get("leftovers_alive"):
+            self.close()  # its sandbox goes with it
+            return "processes the tests started could not be killed"
+        return None
 
     def discard_spare(self) -> None:
         """Drop the test child readied ahead: it configured pytest while the workspace still held
@@ -143,6 +151,40 @@ class WarmRunner:
         if self._proc is not None:
             kill_group(self._proc)
             self._proc = None
+
+
+def _exchange(proc: subprocess.Popen[str], request: dict[str, Any], timeout_s: float) -> str | None:
+    """Send the worker one request and wait for its reply line; None when the pipe broke or it hung."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        return read_line(proc, timeout_s)
+    except (BrokenPipeError, OSError):
+        return None
+
+
+def _parse_reply(line: str) -> tuple[dict[str, Any], int, float, bool] | None:
+    """The worker's reply with its returncode, seconds and timed_out; None when it is not a reply."""
+    try:
+        reply = json.loads(line)
+        returncode, seconds, timed_out = (
+            int(reply["returncode"]),
+            float(reply["seconds"]),
+            bool(reply["timed_out"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    return reply, returncode, seconds, timed_out
+
+
+def _read_output(dir_fd: int) -> str:
+    """The run's captured output, capped; empty when the output file is missing or not a regular file."""
+    fd = _open_output(dir_fd)
+    if fd is None:
+        return ""
+    with fd as f:
+        return read_capped(f, 1 << 20)  # a test printing gigabytes costs a megabyte
 
 
 def _open_output(dir_fd: int) -> IO[bytes] | None:

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 from ralph.domain.errors import RalphError
 
 if TYPE_CHECKING:
+    import torch
+
+    from ralph.drafters.diffusion import DiffusionLM
     from ralph.drafters.sampler import SamplerSettings
 
 PROMPTS = (
@@ -49,7 +52,7 @@ def bench_drafter(
     try:
         import torch
 
-        from ralph.drafters.sampler import SETTINGS, answer_batch, decode
+        from ralph.drafters.sampler import SETTINGS, answer_batch
     except ImportError:
         raise RalphError(INSTALL_HINT) from None
     resolved = [_setting(s, SETTINGS) for s in settings or BENCH_SETTINGS]
@@ -61,45 +64,54 @@ def bench_drafter(
         answer_batch(lm.chat_prompt(p), answer_tokens, 1, mask_id=lm.mask_id).to(lm.device) for p in prompts
     ]
     lm(batches[0])  # warm-up: the first pass pays for lazy initialization (CUDA kernels, allocator)
-    results: list[dict[str, object]] = []
-    for setting in resolved:
-        generator = torch.Generator(device=lm.device).manual_seed(0)
-        nfe = tokens = 0
-        seconds = 0.0
-        cached = False
-        sample = ""
-        for batch in batches:
-            result = decode(
-                batch, lm, mask_id=lm.mask_id, settings=setting, shift=lm.shift, generator=generator
-            )
-            nfe += result.stats.nfe
-            tokens += result.stats.tokens
-            seconds += result.stats.seconds
-            cached = cached or result.stats.prefix_cache
-            if not sample:
-                answer = result.ids[0, batch.shape[1] - answer_tokens :].tolist()
-                sample = lm.text(answer)[:160]
-        results.append(
-            {
-                "setting": setting.name,
-                "confidence": setting.confidence,
-                "tokens_per_step": setting.tokens_per_step,
-                "threshold": setting.threshold,
-                "temperature": setting.temperature,
-                "block_length": setting.block_length,
-                "prefix_cache": cached,
-                "prompts": len(prompts),
-                "nfe": nfe,
-                "tokens": tokens,
-                "seconds": round(seconds, 4),
-                "tokens_per_nfe": round(tokens / nfe, 3) if nfe else 0.0,
-                "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else 0.0,
-                "model": model,
-                "device": str(lm.device),
-                "sample": sample,
-            }
-        )
-    return results
+    return [
+        _bench_setting(s, lm, batches, torch.Generator(device=lm.device).manual_seed(0), answer_tokens, model)
+        for s in resolved
+    ]
+
+
+def _bench_setting(
+    setting: SamplerSettings,
+    lm: DiffusionLM,
+    batches: list[torch.Tensor],
+    generator: torch.Generator,
+    answer_tokens: int,
+    model: str,
+) -> dict[str, object]:
+    """Decode every prompt with `setting` and return its row of figures (see `bench_drafter`)."""
+    from ralph.drafters.sampler import decode
+
+    nfe = tokens = 0
+    seconds = 0.0
+    cached = False
+    sample = ""
+    for batch in batches:
+        result = decode(batch, lm, mask_id=lm.mask_id, settings=setting, shift=lm.shift, generator=generator)
+        nfe += result.stats.nfe
+        tokens += result.stats.tokens
+        seconds += result.stats.seconds
+        cached = cached or result.stats.prefix_cache
+        if not sample:
+            answer = result.ids[0, batch.shape[1] - answer_tokens :].tolist()
+            sample = lm.text(answer)[:160]
+    return {
+        "setting": setting.name,
+        "confidence": setting.confidence,
+        "tokens_per_step": setting.tokens_per_step,
+        "threshold": setting.threshold,
+        "temperature": setting.temperature,
+        "block_length": setting.block_length,
+        "prefix_cache": cached,
+        "prompts": len(batches),
+        "nfe": nfe,
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "tokens_per_nfe": round(tokens / nfe, 3) if nfe else 0.0,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else 0.0,
+        "model": model,
+        "device": str(lm.device),
+        "sample": sample,
+    }
 
 
 def _setting(setting: str | SamplerSettings, known: dict[str, SamplerSettings]) -> SamplerSettings:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.errors import RalphError
+from ralph.domain.score import Observation
 from ralph.drafters.mutation_ops import generate_mutants
 from sandboxes import select_sandbox
 from sandboxes.workspace import Workspace
@@ -131,6 +132,84 @@ def candidate_mutants(
     return found
 
 
+@dataclass(frozen=True)
+class _NaiveSide:
+    """The baseline: the commands a user runs (pytest first), in the user's environment, and testmon's."""
+
+    cwd: Path
+    env: dict[str, str]
+    cmds: list[list[str]]
+    testmon: list[str] | None
+
+    def run(self) -> tuple[float, bool]:
+        """Time every command once: the total ms, and whether the full suite failed."""
+        naive_ms, caught = 0.0, False
+        for argv in self.cmds:
+            ms, code = _timed(argv, self.cwd, self.env)
+            naive_ms += ms
+            caught = caught or (argv is self.cmds[0] and code == 1)
+        return naive_ms, caught
+
+
+def _naive_side(
+    project: Path, interpreter: str, toolchain: Toolchain, *, types: bool, progress: Callable[[str], None]
+) -> _NaiveSide:
+    """The naive baseline's commands, each run once first so that its caches are warm, as a user's are."""
+    user_env = dict(os.environ)
+    naive_cmds = [
+        [interpreter, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [ruff_bin(), "check", "."],
+    ]
+    if types:
+        naive_cmds.append([interpreter, "-m", "mypy", "."])
+        subprocess.run(naive_cmds[-1], cwd=project, env=user_env, capture_output=True, check=False)
+    testmon = None
+    if toolchain.has_module("testmon"):
+        testmon = [interpreter, "-m", "pytest", "-q", "--testmon"]
+        progress("testmon: building its database")
+        subprocess.run(testmon, cwd=project, env=user_env, capture_output=True)
+    for argv in naive_cmds:  # the naive side's caches (bytecode, ruff's) warm, as a user's are
+        _timed(argv, project, user_env)
+    return _NaiveSide(project, user_env, naive_cmds, testmon)
+
+
+def _measure_mutant(
+    path: str,
+    description: str,
+    mutated: str,
+    workspace: Workspace,
+    verifier: Verifier,
+    state: Observation,
+    naive: _NaiveSide,
+) -> MutantResult | None:
+    """Time one mutant on both sides, then put the workspace back; None when the full suite misses it."""
+    before = workspace.read(path)
+    change = FileChange(path, before, mutated)
+    workspace.apply([change])
+    try:
+        naive_ms, caught = naive.run()
+        if not caught:
+            return None
+        report = verifier.detect(Candidate("bench", description, (change,)), state)
+        # What the loop pays per candidate besides the stages: putting the state back.
+        restore_start = time.perf_counter()
+        workspace.rollback([change])
+        verifier.restored(workspace.take_foreign())
+        report.duration_ms += (time.perf_counter() - restore_start) * 1000
+        testmon_ms = _timed(naive.testmon, naive.cwd, naive.env)[0] if naive.testmon else None
+        return MutantResult(
+            path,
+            description,
+            report.duration_ms,
+            naive_ms,
+            testmon_ms,
+            detected=not report.accepted,
+            stage=report.failed_stage,
+        )
+    finally:
+        workspace.rollback([change])
+
+
 def bench_verify(
     repo: Path,
     *,
@@ -163,69 +242,20 @@ def bench_verify(
             progress("baseline: full suite with per-test coverage")
             state, _ = verifier.baseline()
             bench.baseline_s = time.perf_counter() - start
-            user_env = dict(os.environ)
-            naive_cmds = [
-                [interpreter, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-                [ruff_bin(), "check", "."],
-            ]
-            if types:
-                naive_cmds.append([interpreter, "-m", "mypy", "."])
-                subprocess.run(naive_cmds[-1], cwd=project, env=user_env, capture_output=True, check=False)
-            has_testmon = toolchain.has_module("testmon")
-            if has_testmon:
-                progress("testmon: building its database")
-                subprocess.run(
-                    [interpreter, "-m", "pytest", "-q", "--testmon"],
-                    cwd=project,
-                    env=user_env,
-                    capture_output=True,
-                )
-            for argv in naive_cmds:  # the naive side's caches (bytecode, ruff's) warm, as a user's are
-                _timed(argv, project, user_env)
+            naive = _naive_side(project, interpreter, toolchain, types=types, progress=progress)
             workspace.capture()  # as the loop does: each candidate starts from exactly this state
             for path, description, mutated in candidate_mutants(project, seed, verifier.is_test_file):
                 if len(bench.results) >= mutants:
                     break
-                before = workspace.read(path)
-                change = FileChange(path, before, mutated)
-                workspace.apply([change])
-                try:
-                    bench.tried += 1
-                    naive_ms, caught = 0.0, False
-                    for argv in naive_cmds:
-                        ms, code = _timed(argv, project, user_env)
-                        naive_ms += ms
-                        caught = caught or (argv is naive_cmds[0] and code == 1)
-                    if not caught:
-                        continue
-                    report = verifier.detect(Candidate("bench", description, (change,)), state)
-                    # What the loop pays per candidate besides the stages: putting the state back.
-                    restore_start = time.perf_counter()
-                    workspace.rollback([change])
-                    verifier.restored(workspace.take_foreign())
-                    report.duration_ms += (time.perf_counter() - restore_start) * 1000
-                    testmon_ms = None
-                    if has_testmon:
-                        testmon_ms, _ = _timed(
-                            [interpreter, "-m", "pytest", "-q", "--testmon"], project, user_env
-                        )
-                    bench.results.append(
-                        MutantResult(
-                            path,
-                            description,
-                            report.duration_ms,
-                            naive_ms,
-                            testmon_ms,
-                            detected=not report.accepted,
-                            stage=report.failed_stage,
-                        )
-                    )
-                    progress(
-                        f"{len(bench.results)}/{mutants} {path}: {description} · ralph {report.duration_ms:.0f} ms "
-                        f"({report.failed_stage or 'MISSED'}) · naive {naive_ms:.0f} ms"
-                    )
-                finally:
-                    workspace.rollback([change])
+                bench.tried += 1
+                result = _measure_mutant(path, description, mutated, workspace, verifier, state, naive)
+                if result is None:
+                    continue
+                bench.results.append(result)
+                progress(
+                    f"{len(bench.results)}/{mutants} {path}: {description} · ralph {result.ralph_ms:.0f} ms "
+                    f"({result.stage or 'MISSED'}) · naive {result.naive_ms:.0f} ms"
+                )
         finally:
             verifier.close()
             for box in (isolation, checker):

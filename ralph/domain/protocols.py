@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.events import IterationRecord
 from ralph.domain.results import Diagnostic, ProcessResult, Scope, StageResult, TestResult
 from ralph.domain.score import Observation, Score
 from ralph.domain.verdict import VerifyReport
@@ -20,7 +21,7 @@ class DraftContext:
     """What a drafter sees: the task, the failing checks, where the fault likely is, what was tried."""
 
     task: str
-    project: Path  # read-only view of the current state
+    project: Path  # a read-only view of the accepted state (never a candidate's files)
     state_id: int  # changes whenever a candidate is accepted
     failing_tests: tuple[TestResult, ...]
     diagnostics: tuple[Diagnostic, ...]
@@ -139,6 +140,11 @@ class Workspace(Protocol):
     @property
     def project(self) -> Path: ...
 
+    @property
+    def accepted_project(self) -> Path:
+        """A read-only view of the accepted state, for drafters."""
+        ...
+
     def read(self, path: str) -> str | None: ...
 
     def encode(self, path: str, text: str) -> bytes: ...
@@ -177,7 +183,7 @@ class Trace(Protocol):
 class View(Protocol):
     """Whoever watches the run (the terminal, or nobody)."""
 
-    def iteration(self, record: dict[str, Any]) -> None: ...
+    def iteration(self, record: IterationRecord) -> None: ...
 
     def notice(self, text: str) -> None: ...
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ralph.domain.candidate import FileChange, unified_diff
+from ralph.domain.events import VerdictRecord
 from ralph.domain.results import StageResult
 from ralph.domain.score import Observation, Score
 
@@ -24,13 +24,15 @@ class VerifyReport:
     # The edit as verified when the verifier amended it (ruff's safe fixes applied): what to commit.
     changes: tuple[FileChange, ...] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self) -> VerdictRecord:
+        record: VerdictRecord = {
             "verdict": "accepted" if self.accepted else "rejected",
             "reason": self.reason,
             "failed_stage": self.failed_stage,
             "verify_ms": round(self.duration_ms, 1),
             "score": self.score.to_json() if self.score else None,
             "stages": [s.to_json() for s in self.stages],
-            **({"amended_diff": unified_diff(self.changes)} if self.changes is not None else {}),
         }
+        if self.changes is not None:
+            record["amended_diff"] = unified_diff(self.changes)
+        return record

@@ -1,5 +1,8 @@
 """Drafter registry: built-in names, `replay:FILE`, `diffusion:MODEL`, any litellm model string
-(anything with a `/`), or a dotted path `package.module:Class`."""
+(anything with a `/`), or a dotted path `package.module:Class`.
+
+Drafters implement ralph.domain's `Drafter`. They may import ralph.domain, sandboxes (safe reads),
+validators (a tool's path) and ralph's edits and context; never the loop, the session or the CLI."""
 
 from __future__ import annotations
 

@@ -46,6 +46,7 @@ class LogitsFn(Protocol):
 
 
 TailFn = Callable[[torch.Tensor], torch.Tensor]
+_PrefillFn = Callable[[torch.Tensor, torch.Tensor | None, int], tuple[torch.Tensor, TailFn | None]]
 
 
 @runtime_checkable
@@ -235,9 +236,7 @@ def decode(
     blocks = _block_index(masked, settings.block_length)
     temperature = _row_temperatures(x, settings.temperature, temperatures)
     stops = torch.tensor(list(stop_ids), dtype=torch.long, device=x.device)
-    prefill = (
-        logits_fn.prefill if isinstance(logits_fn, SupportsPrefixCache) and settings.prefix_cache else None
-    )
+    prefill = _prefill_of(logits_fn, settings)
     cached = False
     nfe = 0
     for block in range(int(blocks.max()) + 1 if masked.any() else 0):
@@ -245,21 +244,11 @@ def decode(
         pending = in_block & (x == mask_id)
         if not pending.any():
             continue  # every row stopped before this block
-        # The cache keeps what precedes the block's first mask (and, with shift, the position whose
-        # logits score that mask), recomputed once per block, as Fast-dLLM's prefix cache does.
-        first = int(pending.nonzero()[:, 1].min())
-        keep = max(0, first - 1) if shift else first
+        keep = _cache_keep(pending, shift)
         tail: TailFn | None = None
         while pending.any():
-            if tail is not None:
-                logits, offset = tail(x[:, keep:]), keep
-            elif prefill is not None:
-                logits, tail = prefill(x, attention_mask, keep)
-                offset = 0
-                cached = cached or tail is not None
-            else:
-                logits = logits_fn(x) if attention_mask is None else logits_fn(x, attention_mask)
-                offset = 0
+            logits, offset, tail = _forward(logits_fn, prefill, tail, x, attention_mask, keep)
+            cached = cached or tail is not None
             nfe += 1
             commit, tokens = _step(logits, offset, pending, mask_id, settings, temperature, shift, generator)
             x = torch.where(commit, tokens, x)
@@ -276,6 +265,38 @@ def decode(
         prefix_cache=cached,
     )
     return Decoded(ids=x, decoded=decoded, stats=stats)
+
+
+def _prefill_of(logits_fn: LogitsFn, settings: SamplerSettings) -> _PrefillFn | None:
+    """The model's prefill, when it can cache a prefix and the settings ask for that."""
+    return logits_fn.prefill if isinstance(logits_fn, SupportsPrefixCache) and settings.prefix_cache else None
+
+
+def _cache_keep(pending: torch.Tensor, shift: bool) -> int:
+    """How many leading positions a block's passes may take from the prefix cache."""
+    # The cache keeps what precedes the block's first mask (and, with shift, the position whose
+    # logits score that mask), recomputed once per block, as Fast-dLLM's prefix cache does.
+    first = int(pending.nonzero()[:, 1].min())
+    return max(0, first - 1) if shift else first
+
+
+def _forward(
+    logits_fn: LogitsFn,
+    prefill: _PrefillFn | None,
+    tail: TailFn | None,
+    x: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    keep: int,
+) -> tuple[torch.Tensor, int, TailFn | None]:
+    """One forward pass (through the block's cached tail, else a prefill, else the whole model): the
+    logits, the position they start at, and the tail function to use for the block's next pass."""
+    if tail is not None:
+        return tail(x[:, keep:]), keep, tail
+    if prefill is not None:
+        logits, tail = prefill(x, attention_mask, keep)
+        return logits, 0, tail
+    logits = logits_fn(x) if attention_mask is None else logits_fn(x, attention_mask)
+    return logits, 0, None
 
 
 def _block_index(masked: torch.Tensor, block_length: int | None) -> torch.Tensor:

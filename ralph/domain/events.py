@@ -1,0 +1,55 @@
+"""The shapes of the trace's records (one JSON object per line of trace.jsonl): what the loop writes
+per iteration and per candidate, which `ralph report` and the views read back."""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class VerdictRecord(TypedDict):
+    """A candidate's verdict (VerifyReport.to_json)."""
+
+    verdict: str  # accepted or rejected
+    reason: str
+    failed_stage: str | None
+    verify_ms: float
+    score: dict[str, Any] | None
+    stages: list[dict[str, Any]]  # StageResult.to_json each
+    amended_diff: NotRequired[str]  # the edit as committed, when the verifier amended it
+
+
+class CandidateRecord(VerdictRecord):
+    """One verified candidate: where it came from, its edit, and its verdict."""
+
+    drafter: str
+    description: str
+    fingerprint: str
+    diff: str
+    draft_ms: float
+    tokens: int | None
+    cost_usd: float | None
+
+
+class RouteRecord(TypedDict):
+    drafter: str
+    n: int
+    reason: str
+
+
+class IterationRecord(TypedDict):
+    """An "iteration" record: the routing decision, the candidates verified, the timing."""
+
+    i: int
+    drafter: str
+    route: RouteRecord
+    remaining_before: int
+    remaining_after: int
+    accepted: bool
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+    elapsed_s: float  # since the loop started
+    cost_usd: float
+    candidates: list[CandidateRecord]
+    proposed: int  # what the drafter returned, duplicates and known failures included
+    commit: str | None  # the branch's commit after this iteration
