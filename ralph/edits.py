@@ -878,6 +878,33 @@ def _describe_hunk_failure(label: str, lines: list[str], old: list[str], err: _N
 _Def = ast.FunctionDef | ast.AsyncFunctionDef
 
 
+_CODE_BLOCK_RE = re.compile(r"^```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)^```", re.M | re.S)
+
+
+def parse_function_blocks(text: str, files: Mapping[str, str]) -> list[FunctionReplacement]:
+    """Whole corrected functions in a reply: each fenced code block that parses as exactly one
+    top-level `def` (decorators allowed), placed in the first of `files` (most suspicious first)
+    that defines a function of that name. What small models answer with when asked for a fix."""
+    found: list[FunctionReplacement] = []
+    for match in _CODE_BLOCK_RE.finditer(text):
+        source = match.group(1)
+        try:
+            body = ast.parse(source).body
+        except SyntaxError:
+            continue
+        if len(body) != 1 or not isinstance(body[0], ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        name = body[0].name
+        for path, content in files.items():
+            try:
+                _find_def(ast.parse(content), name, path)
+            except (SyntaxError, EditError):
+                continue
+            found.append(FunctionReplacement(path, name, source))
+            break
+    return found
+
+
 def apply_function_replacement(files: Mapping[str, str], edit: FunctionReplacement) -> dict[str, str]:
     """Replace the definition of `edit.name` (decorators included) by `edit.source`, re-indented.
 

@@ -18,6 +18,7 @@ from ralph.edits import (
     apply_function_replacement,
     apply_search_replace,
     apply_unified_diff,
+    parse_function_blocks,
     parse_search_replace,
     parse_unified_diff,
     validate_edit_path,
@@ -783,3 +784,16 @@ def test_function_replacement_in_unparsable_or_missing_file_is_an_error() -> Non
         apply_function_replacement({"m.py": "def f(:\n"}, edit)
     with pytest.raises(EditError, match=re.escape("m.py does not exist")):
         apply_function_replacement({}, edit)
+
+
+def test_function_blocks_are_whole_defs_placed_in_the_first_file_that_defines_them() -> None:
+    files = {"a.py": "def other():\n    pass\n", "b.py": MODULE, "c.py": "def add(a, b):\n    return 0\n"}
+    reply = (
+        "```python\ndef add(self, a, b):\n    return a + b\n```\n"  # Calc.add in b.py, found by its bare name
+        "```python\nimport os\n\ndef helper():\n    pass\n```\n"  # two statements: not a whole function
+        "```\ndef nowhere():\n    pass\n```\n"  # defined in no file
+        "```python\ndef broken(:\n```\n"
+    )
+    assert parse_function_blocks(reply, files) == [
+        FunctionReplacement("b.py", "add", "def add(self, a, b):\n    return a + b\n")
+    ]

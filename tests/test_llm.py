@@ -224,6 +224,22 @@ def test_a_reply_without_any_edit_asks_for_search_replace_blocks(server, project
     assert candidate.description == "I think the bug is in `mean`, but I am not sure how to fix it."
 
 
+def test_a_reply_with_the_corrected_whole_function_replaces_that_function(server, project):
+    # What a small model most often answers with (seen with SmolLM2): the function, fixed, fenced.
+    server.reply(
+        "Here is the corrected function:\n\n```python\ndef mean(xs):\n"
+        '    """The arithmetic mean of xs."""\n    total = sum(xs)\n    return total / len(xs)\n```\n'
+    )
+    [candidate] = drafter(server).draft(make_context(project), 1)
+    assert_fixed(candidate)
+
+
+def test_a_whole_function_that_no_suspicious_file_defines_is_no_edit(server, project):
+    server.reply("```python\ndef median(xs):\n    return sorted(xs)[len(xs) // 2]\n```\n")
+    [candidate] = drafter(server).draft(make_context(project), 1)
+    assert candidate.error is not None and candidate.error.startswith("the reply contains no edit")
+
+
 def test_n_candidates_come_from_one_call_that_asks_for_n_choices(server, project):
     other = FIX.replace("len(xs)\n>>>", "max(len(xs), 1)\n>>>")
     server.reply(CHATTY_FIX, other, usage=(300, 101))

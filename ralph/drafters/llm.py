@@ -36,8 +36,10 @@ from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
 from ralph.edits import (
     EditError,
+    apply_function_replacement,
     apply_search_replace,
     apply_unified_diff,
+    parse_function_blocks,
     parse_search_replace,
     parse_unified_diff,
     read_for_edit,
@@ -480,18 +482,18 @@ def _summary(reply: str) -> str:
 
 
 def _changes(context: DraftContext, reply: str) -> tuple[FileChange, ...]:
-    """The file changes a reply's SEARCH/REPLACE blocks (or, failing those, its unified diff) make."""
+    """The file changes a reply's SEARCH/REPLACE blocks make (or, failing those, its unified diff,
+    or its corrected whole functions)."""
     new: dict[str, str | None]
     edits = parse_search_replace(reply)
     if edits:
         current = _current(context, [edit.path for edit in edits])
         new = dict(apply_search_replace({p: c for p, c in current.items() if c is not None}, edits))
-    else:
-        patches = parse_unified_diff(reply)
-        if not patches:
-            raise EditError(NO_EDIT)
+    elif patches := parse_unified_diff(reply):
         current = _current(context, [p for patch in patches for p in (patch.path, patch.old_path) if p])
         new = apply_unified_diff({p: c for p, c in current.items() if c is not None}, patches)
+    else:
+        current, new = _whole_functions(context, reply)
     changes = tuple(FileChange(path, current.get(path), new[path]) for path in sorted(new))
     changes = tuple(change for change in changes if change.before != change.after)
     if not changes:
@@ -499,6 +501,26 @@ def _changes(context: DraftContext, reply: str) -> tuple[FileChange, ...]:
             "the edit leaves every file as it is; change the code so that the failing checks pass"
         )
     return changes
+
+
+def _whole_functions(
+    context: DraftContext, reply: str
+) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """A reply of corrected whole functions (no SEARCH/REPLACE, no diff): each replaces the function
+    of its name in the most suspicious file that has one."""
+    paths = [
+        p
+        for p in dict.fromkeys(path for path, _ in context.suspicious)
+        if not is_protected(p, context.protected)
+    ]
+    current = {p: text for p in paths if (text := read_for_edit(context.project, p)) is not None}
+    replacements = parse_function_blocks(reply, current)
+    if not replacements:
+        raise EditError(NO_EDIT)
+    files = dict(current)
+    for edit in replacements:
+        files.update(apply_function_replacement(files, edit))
+    return dict(current), dict(files)
 
 
 def _current(context: DraftContext, paths: list[str]) -> dict[str, str | None]:
