@@ -485,9 +485,9 @@ def test_a_candidate_that_silences_a_checker_is_refused(make_repo, tmp_path):
 
 
 @needs_bwrap
-def test_a_candidate_that_crashes_only_the_gates_fresh_process_is_rejected(make_repo, tmp_path):
+def test_a_candidate_that_crashes_only_a_fresh_process_is_rejected(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
-    # Fixed in the warm runner's forks; the gate's `python -m pytest` process kills itself instead.
+    # Fixed in the warm runner's forks; a fresh `python -m pytest` process kills itself instead.
     two_faced = "import os\nimport signal\nimport sys\n\n" + FIXED.replace(
         "def sliding_sums(xs, k):\n",
         "def sliding_sums(xs, k):\n    if sys.argv[0].endswith('__main__.py'):\n"
@@ -496,8 +496,30 @@ def test_a_candidate_that_crashes_only_the_gates_fresh_process_is_rejected(make_
     drafter = replay(tmp_path, {"description": "two-faced", "files": {"windows.py": two_faced}})
     outcome = run_fix(repo, drafter, max_iterations=1)
     [verdict] = verdicts(outcome)
-    assert verdict["verdict"] == "rejected" and verdict["failed_stage"] == "gate"
+    assert verdict["verdict"] == "rejected" and verdict["failed_stage"] == "tests"
     assert "no verdict" in verdict["reason"] and outcome.branch is None
+    fresh = verdict["stages"][-1]
+    assert "fresh process" in fresh["detail"] or fresh["error"]
+
+
+@needs_bwrap
+def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(make_repo, tmp_path):
+    """The fresh run of the selected tests stands for the gate (it does not run them again), so it
+    must look like a whole-suite run: a candidate that is right in a warm fork, or whenever the
+    command line names tests or -x, would pass there and fail in the user's `pytest`."""
+    repo = make_repo(BUGGY_WINDOWS)
+    two_faced = "import sys\n\n" + FIXED.replace(
+        "def sliding_sums(xs, k):\n",
+        "def sliding_sums(xs, k):\n"
+        "    partial = any(a == '-x' or '::' in a or a.endswith('.py') for a in sys.argv[1:])\n"
+        "    if sys.argv[0].endswith('__main__.py') and not partial:\n"
+        "        return []\n",
+    )
+    drafter = replay(tmp_path, {"description": "argv-sniffing", "files": {"windows.py": two_faced}})
+    outcome = run_fix(repo, drafter, max_iterations=1)
+    [verdict] = verdicts(outcome)
+    assert verdict["verdict"] == "rejected", verdict["reason"]
+    assert outcome.branch is None
 
 
 def test_a_project_that_stops_at_its_first_failure_can_still_be_verified(tmp_path):

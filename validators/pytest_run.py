@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,12 @@ class PytestValidator:
         name: str = "tests",
         warm: WarmRunner | None = None,
         test_timeout_s: float = 60.0,
+        uniform: bool = False,
     ) -> None:
+        """`uniform`: fresh runs get their test selection and -x through the plugin, so every run has
+        a whole-suite run's command line (the code under test cannot tell a partial run from the gate)."""
         self.toolchain = toolchain
+        self.uniform = uniform and warm is None
         self.name = name
         self.warm = warm
         self.test_timeout_s = test_timeout_s  # one test's limit (our plugin fails it, the run goes on)
@@ -44,34 +48,50 @@ class PytestValidator:
         exitfirst: bool = False,
         failed_first: Sequence[str] = (),
         words: Sequence[str] = (),
+        known: Mapping[str, TestResult] | None = None,
     ) -> StageResult:
         """Run `scope.tests` (all when None). Requested tests that report nothing count as errors,
         except after a failure with `exitfirst` (stop at the first failing test). The tests in
-        `failed_first`, then those named after one of the `words`, run before the others."""
+        `failed_first`, then those named after one of the `words`, run before the others. Tests in
+        `known` (outcomes already observed on this exact state) are collected but not run again:
+        their known outcome is reported."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
             env = self._run_env(Path(tmp.path), project, scope, coverage, failed_first, words)
-            run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
+            fresh = self.uniform
+            if known:
+                env["RALPH_KNOWN"] = _write_list(Path(tmp.path) / "known.json", sorted(known))
+            if fresh and scope.tests is not None:  # the command line stays a whole-suite run's
+                env["RALPH_SELECT"] = _write_list(Path(tmp.path) / "select.json", list(scope.tests))
+            if fresh and exitfirst:
+                env["RALPH_EXITFIRST"] = "1"
+            run = self._run(_pytest_args(project, exitfirst and not fresh), scope, env, exitfirst)
             tests, end, unreadable, failing_records = _read_report(tmp, project)
             if coverage:
                 self.last_coverage = _read_coverage(tmp.read("coverage.json"), project)
         elapsed = (time.perf_counter() - start) * 1000
         error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst)
+        error = error or _reuse(tests, end, known or {})
         reported = {t.nodeid for t in tests}
         stopped_early = exitfirst and any(t.failing for t in tests)
         for nodeid in () if stopped_early else scope.tests or ():
             if nodeid not in reported and not any(r.startswith(nodeid + "::") for r in reported):
                 reason = error or "not run: the test was not collected (an import or collection error?)"
                 tests.append(TestResult(nodeid, "error", message=reason))
-        if error is None and run.returncode == _NO_TESTS and scope.tests is None:
+        if error is None and run.returncode == _NO_TESTS and scope.tests is None and not known:
             detail = "no tests collected"
         else:
             detail = (
                 error or f"{sum(not t.failing for t in tests)} ok, {sum(t.failing for t in tests)} failing"
             )
+        reused = len(end.get("reused", [])) if known and end and error is None else 0
+        if reused:
+            detail += f" ({reused} not run again: passed on this state in a fresh process)"
         ok = error is None and not any(t.failing for t in tests)
-        return StageResult(self.name, ok=ok, duration_ms=elapsed, detail=detail, tests=tests, error=error)
+        result = StageResult(self.name, ok=ok, duration_ms=elapsed, detail=detail, tests=tests, error=error)
+        result.reused = reused
+        return result
 
     def _run_env(
         self,
@@ -101,7 +121,7 @@ class PytestValidator:
             # Fail-fast runs of selected tests come once per candidate: the worker readies the next.
             spare = exitfirst and bool(selected)
             return self.warm.run(args, selected, env=env, timeout_s=scope.timeout_s, spare=spare)
-        argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
+        argv = [self.toolchain.python, "-m", "pytest", *args, *([] if self.uniform else selected)]
         return self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
 
     def baseline(self, timeout_s: float, coverage: bool = True) -> StageResult:
@@ -130,6 +150,26 @@ def _pytest_args(project: Path, exitfirst: bool) -> list[str]:
         "--continue-on-collection-errors",
         *(["-x"] if exitfirst else []),
     ]
+
+
+def _write_list(path: Path, items: list[str]) -> str:
+    path.write_text(json.dumps(items))
+    return str(path)
+
+
+def _reuse(
+    tests: list[TestResult], end: dict[str, Any] | None, known: Mapping[str, TestResult]
+) -> str | None:
+    """Add the known outcomes of the tests the run collected and did not run again (the closing
+    record names them); an id it names that the host did not give is no verdict."""
+    reused = end.get("reused", []) if end else []
+    if not isinstance(reused, list) or not all(isinstance(t, str) for t in reused):
+        return "the report's reused tests are malformed"
+    ran = {t.nodeid for t in tests}
+    if stray := [t for t in reused if t not in known or t in ran]:
+        return f"the report reused outcomes it was not given: {', '.join(stray[:3])}"
+    tests.extend(known[t] for t in reused)
+    return None
 
 
 def _tail(output: str, lines: int = 8) -> str:

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.results import Scope, StageResult, TestResult
-from ralph.domain.score import Observation, regressions
+from ralph.domain.score import Observation, is_under, regressions
 from ralph.domain.verdict import VerifyReport
 from validators.command import CommandValidator
 from validators.mypy import MypyValidator
 from validators.pytest_run import PytestValidator
 from validators.ruff import RuffValidator
+from validators.selection import Selection
 from validators.syntax import SyntaxValidator
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class Attempt:
     merged: Observation = field(init=False)
     stages: list[StageResult] = field(default_factory=list)
     amended: bool = False  # the candidate was changed by ruff's safe fixes
+    # Outcomes a fresh process observed on exactly the state the gate runs on: not run again there.
+    fresh_passes: dict[str, TestResult] = field(default_factory=dict)
+    _selection: Selection | None = None
 
     def __post_init__(self) -> None:
         self.merged = self.current
@@ -49,6 +53,13 @@ class Attempt:
     @property
     def paths(self) -> tuple[str, ...]:
         return tuple(self.candidate.paths)
+
+    @property
+    def selection(self) -> Selection:
+        """The tests that can see the change (computed once per attempt)."""
+        if self._selection is None:
+            self._selection = self.verifier.selection(self.candidate)
+        return self._selection
 
     @property
     def remaining(self) -> int:
@@ -210,7 +221,9 @@ class TypesStage:
 
 @dataclass
 class FailingTestsStage:
-    """The tests failing in the accepted state: can the candidate improve anything at all?"""
+    """The tests failing in the accepted state that can see the change: can it improve anything at
+    all? A failing test that never entered the changed function bodies at the baseline would run
+    exactly as before up to its failure, so it is not run here (the gate runs it)."""
 
     validator: PytestValidator
     verifier: Verifier
@@ -220,8 +233,30 @@ class FailingTestsStage:
         return bool(attempt.current.failing_tests())
 
     def run(self, attempt: Attempt) -> StageResult:
-        failing = tuple(attempt.current.failing_tests())
-        return self.validator.check(Scope(tests=failing, timeout_s=self.verifier.quick_timeout_s))
+        failing = attempt.current.failing_tests()
+        affected = can_see(failing, attempt.selection)
+        unaffected = len(failing) - len(affected)
+        if not affected:
+            return StageResult(
+                self.name,
+                ok=True,
+                duration_ms=0.0,
+                skipped=True,
+                detail=f"none of the {len(failing)} failing tests can see the change",
+                unaffected=unaffected,
+            )
+        result = self.validator.check(Scope(tests=tuple(affected), timeout_s=self.verifier.quick_timeout_s))
+        result.unaffected = unaffected
+        if unaffected:
+            result.detail += f" ({unaffected} failing tests that cannot see the change not run)"
+        return result
+
+
+def can_see(tests: Sequence[str], selection: Selection) -> list[str]:
+    """The `tests` the selection covers (all of them when the change can affect anything)."""
+    if selection.everything or "." in selection.tests:
+        return list(tests)
+    return [t for t in tests if any(is_under(t, s) for s in selection.tests)]
 
 
 @dataclass
@@ -242,16 +277,31 @@ class FailingChecksStage:
 
 @dataclass
 class SelectedTestsStage:
-    """The tests that can see the change (coverage and imports), failing fast, recent failures first."""
+    """The tests that can see the change (coverage and imports), failing fast, recent failures first.
+    `fresh`: in a new process on the workspace put back (not a fork of the warm runner), with the
+    failing tests the candidate fixed: its passes then stand for the gate, which runs only the rest."""
 
     verifier: Verifier
+    fresh: bool = False
     name: str = "tests"
 
     def wanted(self, attempt: Attempt) -> bool:
         return True
 
     def run(self, attempt: Attempt) -> StageResult:
-        return self.verifier.run_selected(attempt.candidate)
+        if not self.fresh:
+            return self.verifier.run_selected(attempt.selection)
+        fixed = [
+            t.nodeid
+            for s in attempt.stages
+            if s.stage == "tests"
+            for t in s.tests
+            if t.outcome == "passed" and t.nodeid in attempt.current.tests
+        ]
+        result = self.verifier.run_selected(attempt.selection, also=fixed, fresh=True)
+        if result.error is None:
+            attempt.fresh_passes = {t.nodeid: t for t in result.tests if t.outcome == "passed"}
+        return result
 
 
 @dataclass
@@ -268,7 +318,10 @@ class GateStage:
         return True
 
     def run(self, attempt: Attempt) -> StageResult:
-        suite = self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s))
+        # Each test runs once per state: what passed in the fresh selected run (same files, same
+        # kind of process) is collected, so a vanished test is still caught, but not run again.
+        known = attempt.fresh_passes
+        suite = self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s), known=known)
         if suite.error is None:
             reported = {t.nodeid for t in suite.tests}
             suite.tests += [

@@ -71,6 +71,8 @@ class StageResult:
     checks: list[CheckResult] = field(default_factory=list)
     syntax_errors: dict[str, str] = field(default_factory=dict)
     skipped: bool = False
+    unaffected: int = 0  # failing tests not run because the change cannot reach them
+    reused: int = 0  # tests collected and not run again: their outcome on this state was known
     # Set when the stage could not give a verdict (a tool that crashed, timed out, was killed or
     # reported something inconsistent): the candidate fails, whatever else the stage observed.
     error: str | None = None
@@ -114,6 +116,8 @@ class StageResult:
             ],
             syntax_errors=dict(data.get("syntax_errors", {})),
             skipped=data.get("skipped", False),
+            unaffected=data.get("unaffected", 0),
+            reused=data.get("reused", 0),
             error=data.get("error"),
         )
 

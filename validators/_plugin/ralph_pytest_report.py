@@ -24,9 +24,26 @@ import pytest
 _MAX_MESSAGE = 4000
 _report_file = None
 _lines_by_test: dict[str, dict[str, set[int]]] = {}
-_SETTINGS = ("RALPH_REPORT", "RALPH_COVERAGE", "RALPH_COVERAGE_ROOT", "RALPH_TEST_TIMEOUT", "RALPH_FIRST")
+_SETTINGS = (
+    "RALPH_REPORT",
+    "RALPH_COVERAGE",
+    "RALPH_COVERAGE_ROOT",
+    "RALPH_TEST_TIMEOUT",
+    "RALPH_FIRST",
+    "RALPH_KNOWN",
+    "RALPH_SELECT",
+    "RALPH_EXITFIRST",
+)
 _settings: dict[str, str] = {}
 _failed_seen = 0  # failing reports pytest gave us, counted apart from what `_write` records
+# Node ids whose outcome on this exact state the host already has ($RALPH_KNOWN, a JSON list file):
+# collected, then deselected, and named in the closing record instead of run again.
+_known: frozenset[str] = frozenset()
+_reused: list[str] = []
+# The tests to run ($RALPH_SELECT, a JSON list file of node ids, files or directories) and -x
+# ($RALPH_EXITFIRST), given here rather than on the command line: a fresh run of some tests then
+# has the very command line of a whole-suite run, so the code under test cannot tell them apart.
+_select: tuple[str, ...] = ()
 
 
 def arm() -> None:
@@ -40,6 +57,13 @@ def arm() -> None:
         if value is not None:
             _settings[name] = value
     _report_file = open(_settings["RALPH_REPORT"], "a", encoding="utf-8")  # noqa: SIM115
+    global _known, _select
+    if _settings.get("RALPH_KNOWN"):  # read now, before any of the project's code has run
+        with open(_settings["RALPH_KNOWN"], encoding="utf-8") as f:
+            _known = frozenset(json.load(f))
+    if _settings.get("RALPH_SELECT"):
+        with open(_settings["RALPH_SELECT"], encoding="utf-8") as f:
+            _select = tuple(json.load(f))
 
 
 def _setting(name: str) -> str:
@@ -54,6 +78,15 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session) -> None:
     arm()
+    if _setting("RALPH_EXITFIRST"):
+        session.config.option.maxfail = 1  # what -x sets
+
+
+def _selected(nodeid: str) -> bool:
+    return any(
+        s == "." or nodeid == s or nodeid.startswith((s + "::", s + "[", s.rstrip("/") + "/"))
+        for s in _select
+    )
 
 
 def _write(record: dict) -> None:
@@ -152,10 +185,20 @@ def pytest_collectreport(report) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """With $RALPH_FIRST ({"tests": [node ids], "words": [...]}): tests that failed lately first,
-    then those asked for by node id, each group ordered by the rarest of the words its name
-    contains; the rest keep pytest's order. A broken candidate then fails on its first test or so,
-    and -x stops the run there instead of after the whole module."""
+    """Tests whose outcome is known ($RALPH_KNOWN) are deselected. With $RALPH_FIRST ({"tests":
+    [node ids], "words": [...]}): tests that failed lately first, then those asked for by node id,
+    each group ordered by the rarest of the words its name contains; the rest keep pytest's order.
+    A broken candidate then fails on its first test or so, and -x stops the run there instead of
+    after the whole module."""
+    if _known:
+        known = [item for item in items if item.nodeid in _known]
+        items[:] = [item for item in items if item.nodeid not in _known]
+        _reused.extend(item.nodeid for item in known)
+        config.hook.pytest_deselected(items=known)
+    if _select:
+        others = [item for item in items if not _selected(item.nodeid)]
+        items[:] = [item for item in items if _selected(item.nodeid)]
+        config.hook.pytest_deselected(items=others)
     try:
         first = json.loads(_setting("RALPH_FIRST") or "{}")
     except ValueError:
@@ -164,7 +207,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     words = [w.lower() for w in first.get("words", [])]
     if not failed and not words:
         return
-    explicit = set(config.args)
+    explicit = set(_select or config.args)
     names = {id(item): item.nodeid.partition("::")[2].lower() for item in items}
     count = {w: sum(w in name for name in names.values()) for w in words}
     unmatched = len(items) + 1  # (a list being sorted reads as empty)
@@ -274,6 +317,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "shouldstop": bool(getattr(session, "shouldstop", False)),
                 "shouldfail": bool(getattr(session, "shouldfail", False)),
                 "failed_seen": _failed_seen,
+                "reused": _reused,
             }
         )
         _report_file.close()
