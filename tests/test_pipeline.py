@@ -244,3 +244,53 @@ def test_a_candidate_that_improves_nothing_never_reaches_the_gate(verifier):
     report = verify(v, ws, state, candidate(ws, "shapes.py", "w + h", "h + w"))
     assert not report.accepted and report.reason == "no improvement on the targeted checks"
     assert "gate" not in [s.stage for s in report.stages]
+
+
+def test_the_gate_stops_at_the_first_regression_running_what_can_see_the_change_first(verifier):
+    v, ws, state = verifier(BUGGY)
+    broken = candidate(ws, "shapes.py", "    return w + h\n", "    return -5 if w == 1 else w * h\n")
+    report = verify(v, ws, state, broken)
+    assert not report.accepted and report.failed_stage == "gate"
+    assert "tests/test_shapes.py::test_square[1]" in report.reason
+    gate = next(s for s in report.stages if s.stage == "gate")
+    assert gate.stopped_early and "stopped at the first regression" in gate.detail
+    assert not any("test_text" in t.nodeid for t in gate.tests)  # never reached: the verdict was known
+    assert not any(t.message == "disappeared from the suite" for t in gate.tests)
+
+
+TWO_FUNCTIONS = {
+    "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a + b\n",
+    "tests/test_calc.py": (
+        "from calc import add, mul\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_add_zero():\n    assert add(0, 3) == 3\n\n\n"
+        "def test_mul():\n    assert mul(2, 3) == 6\n"
+    ),
+}
+
+
+def test_the_targeted_stage_runs_only_failing_tests_that_can_see_the_change_until_one_passes(verifier):
+    v, ws, state = verifier(TWO_FUNCTIONS)
+    assert state.failing_tests() == [f"tests/test_calc.py::test_{n}" for n in ("add", "add_zero", "mul")]
+    report = verify(v, ws, state, candidate(ws, "calc.py", "a - b", "a + b"))
+    assert report.accepted, report.reason
+    probe = report.stages[2]
+    assert probe.stage == "tests" and probe.unaffected == 1  # test_mul never entered add()
+    assert [t.nodeid for t in probe.tests] == ["tests/test_calc.py::test_add"]  # one fix is proof enough
+    assert "stopped at the first pass" in probe.detail
+    gate = next(s for s in report.stages if s.stage == "gate")
+    assert {t.nodeid: t.outcome for t in gate.tests}["tests/test_calc.py::test_add_zero"] == "passed"
+    assert report.tests_run == 1 + 3  # the probe's one test, then the suite once
+
+
+def test_a_change_no_failing_test_can_see_is_rejected_without_running_them(verifier):
+    files = {
+        "calc.py": TWO_FUNCTIONS["calc.py"] + "\n\ndef sub(a, b):\n    return -(b - a)\n",
+        "tests/test_calc.py": TWO_FUNCTIONS["tests/test_calc.py"],
+        "tests/test_sub.py": "from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 2) == 1\n",
+    }
+    v, ws, state = verifier(files)
+    report = verify(v, ws, state, candidate(ws, "calc.py", "-(b - a)", "-(b - a) + 0"))
+    assert not report.accepted and report.reason == "no improvement on the targeted checks"
+    probe = report.stages[2]
+    assert probe.skipped and probe.unaffected == 3 and probe.tests == []

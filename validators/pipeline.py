@@ -1,17 +1,17 @@
 """Staged verification: cheapest stage first, stop at the first that shows a regression.
 
-policy -> syntax + ruff -> the failing tests that can see the change and the failing checks, beside
-mypy (must improve) -> (workspace put back) the tests that can see the change and those it fixed, in
-a fresh process -> (put back) mypy again -> the whole suite as the gate, collected in full but
-running only what the fresh run did not pass, and every check (must improve). A test-selection miss
-is never accepted, and each test runs once per state in a fresh process. The steps are declared in
-`Verifier._steps`; validators/stages.py holds the stages and the runner.
+policy -> syntax + ruff -> the failing tests that can see the change, until one passes, and the
+failing checks, beside mypy (must improve) -> (workspace put back) mypy again -> the whole suite in a
+fresh process as the gate, the tests that can see the change first, stopping at the first
+regression, and every check (must improve). A test-selection miss is never accepted, and an accepted
+candidate costs one suite run and the first fixed test. `detection` (what `ralph bench verify`
+times on regressing mutants) is syntax + ruff, then the selected tests in the warm runner beside
+mypy. The steps are declared in `Verifier._steps`; validators/stages.py holds the stages and runner.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,9 +90,7 @@ class Verifier:
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
         # The gate runs in a fresh process (never a fork of the warm worker a candidate's tests ran
         # beside), on a workspace put back to exactly the accepted state plus the candidate.
-        self.gate = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s, uniform=True)
-        # The selected tests of an improving candidate run fresh too: their passes stand for the gate.
-        self.fresh = PytestValidator(toolchain, test_timeout_s=test_timeout_s, uniform=True)
+        self.gate = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s)
         self.checks = CommandValidator(toolchain, checks)
         self.coverage: CoverageMap = {}
         self.test_files: set[str] = set()  # files the baseline collected tests from
@@ -124,7 +122,6 @@ class Verifier:
                 ),
                 must_improve="no improvement on the targeted checks",
             ),
-            Step((SelectedTestsStage(self, fresh=True),), before=_put_back),
             Step((TypesStage(self, settled=True),), before=_put_back),
             Step((GateStage(self.gate, self),)),
             Step(
@@ -339,26 +336,22 @@ class Verifier:
             selection.tests = []
         return selection
 
-    def run_selected(
-        self, selection: Selection, also: Sequence[str] = (), fresh: bool = False
-    ) -> StageResult:
-        """The tests that can see the change (and `also` these), failing fast, recent failures
-        first; in the warm runner, or with `fresh` in a new process."""
-        if not selection.tests and not selection.everything and not also:
+    def run_selected(self, selection: Selection) -> StageResult:
+        """The tests that can see the change, failing fast, recent failures first (warm)."""
+        if not selection.tests and not selection.everything:
             return StageResult(
                 "tests", ok=True, duration_ms=0.0, skipped=True, detail="no test can see the change"
             )
-        tests = None if selection.everything else tuple(dict.fromkeys([*also, *selection.tests]))
-        result = (self.fresh if fresh else self.tests).check(
+        tests = None if selection.everything else tuple(selection.tests)
+        result = self.tests.check(
             Scope(tests=tests, timeout_s=self.quick_timeout_s),
             exitfirst=True,
             failed_first=self.recent_failures.first(self.durations),
             words=selection.words,
         )
         self.recent_failures.saw(result.tests)
-        count = len(tests) if tests is not None else "all"
-        where = "fresh process; " if fresh else ""
-        result.detail += f" ({count} selected: {where}" + "; ".join(selection.reasons[:5]) + ")"
+        count = len(selection.tests) if tests else "all"
+        result.detail += f" ({count} selected: " + "; ".join(selection.reasons[:5]) + ")"
         return result
 
     def _index(self) -> CoverageIndex:

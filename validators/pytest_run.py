@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from validators.warm import WarmRunner
 # pytest exit codes: 0 all passed, 1 some failed, 5 none collected; anything else means it could not run.
 _RAN = (0, 1)
 _NO_TESTS = 5
+_INTERRUPTED = 2
 
 
 class PytestValidator:
@@ -29,12 +31,8 @@ class PytestValidator:
         name: str = "tests",
         warm: WarmRunner | None = None,
         test_timeout_s: float = 60.0,
-        uniform: bool = False,
     ) -> None:
-        """`uniform`: fresh runs get their test selection and -x through the plugin, so every run has
-        a whole-suite run's command line (the code under test cannot tell a partial run from the gate)."""
         self.toolchain = toolchain
-        self.uniform = uniform and warm is None
         self.name = name
         self.warm = warm
         self.test_timeout_s = test_timeout_s  # one test's limit (our plugin fails it, the run goes on)
@@ -47,50 +45,56 @@ class PytestValidator:
         coverage: bool = False,
         exitfirst: bool = False,
         failed_first: Sequence[str] = (),
+        front: Sequence[str] = (),
         words: Sequence[str] = (),
-        known: Mapping[str, TestResult] | None = None,
+        stop_on_pass: bool = False,
+        guard: Collection[str] = (),
     ) -> StageResult:
         """Run `scope.tests` (all when None). Requested tests that report nothing count as errors,
-        except after a failure with `exitfirst` (stop at the first failing test). The tests in
-        `failed_first`, then those named after one of the `words`, run before the others. Tests in
-        `known` (outcomes already observed on this exact state) are collected but not run again:
-        their known outcome is reported."""
+        except after an early stop: with `exitfirst` at the first failing test, with `stop_on_pass`
+        at the first that passes (is any of these failing tests fixed?), with `guard` at the first
+        failure of one of those tests (a regression: the verdict is known). The tests in
+        `failed_first`, then those under `front`, then those named after one of the `words`, run
+        before the others."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
-            env = self._run_env(Path(tmp.path), project, scope, coverage, failed_first, words)
-            fresh = self.uniform
-            if known:
-                env["RALPH_KNOWN"] = _write_list(Path(tmp.path) / "known.json", sorted(known))
-            if fresh and scope.tests is not None:  # the command line stays a whole-suite run's
-                env["RALPH_SELECT"] = _write_list(Path(tmp.path) / "select.json", list(scope.tests))
-            if fresh and exitfirst:
-                env["RALPH_EXITFIRST"] = "1"
-            run = self._run(_pytest_args(project, exitfirst and not fresh), scope, env, exitfirst)
+            env = self._run_env(Path(tmp.path), project, scope, coverage, failed_first, front, words)
+            if stop_on_pass:
+                env["RALPH_STOP_ON_PASS"] = "1"
+            if guard:
+                (Path(tmp.path) / "guard.json").write_text(json.dumps(sorted(guard)))
+                env["RALPH_GUARD"] = str(Path(tmp.path) / "guard.json")
+            run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
             tests, end, unreadable, failing_records = _read_report(tmp, project)
             if coverage:
                 self.last_coverage = _read_coverage(tmp.read("coverage.json"), project)
         elapsed = (time.perf_counter() - start) * 1000
+        asked = {"pass": stop_on_pass, "regression": bool(guard)}
+        stop = end.get("stopped") if end else None
+        if isinstance(stop, str) and asked.get(stop) and run.returncode == _INTERRUPTED:
+            run = replace(run, returncode=1 if failing_records else 0)  # our early stop, not a crash
+            end = {**(end or {}), "exitstatus": run.returncode, "shouldstop": True}
         error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst)
-        error = error or _reuse(tests, end, known or {})
         reported = {t.nodeid for t in tests}
-        stopped_early = exitfirst and any(t.failing for t in tests)
+        stopped_early = (exitfirst and any(t.failing for t in tests)) or bool(
+            isinstance(stop, str) and asked.get(stop)
+        )
         for nodeid in () if stopped_early else scope.tests or ():
             if nodeid not in reported and not any(r.startswith(nodeid + "::") for r in reported):
                 reason = error or "not run: the test was not collected (an import or collection error?)"
                 tests.append(TestResult(nodeid, "error", message=reason))
-        if error is None and run.returncode == _NO_TESTS and scope.tests is None and not known:
+        if error is None and run.returncode == _NO_TESTS and scope.tests is None:
             detail = "no tests collected"
         else:
             detail = (
                 error or f"{sum(not t.failing for t in tests)} ok, {sum(t.failing for t in tests)} failing"
             )
-        reused = len(end.get("reused", [])) if known and end and error is None else 0
-        if reused:
-            detail += f" ({reused} not run again: passed on this state in a fresh process)"
+        if stopped_early and error is None and stop in asked:
+            detail += f" (stopped at the first {stop})"
         ok = error is None and not any(t.failing for t in tests)
         result = StageResult(self.name, ok=ok, duration_ms=elapsed, detail=detail, tests=tests, error=error)
-        result.reused = reused
+        result.stopped_early = stopped_early and error is None
         return result
 
     def _run_env(
@@ -100,6 +104,7 @@ class PytestValidator:
         scope: Scope,
         coverage: bool,
         failed_first: Sequence[str],
+        front: Sequence[str],
         words: Sequence[str],
     ) -> dict[str, str]:
         """The settings our report plugin reads: where to write the report and coverage, limits, order."""
@@ -110,8 +115,10 @@ class PytestValidator:
         }
         if coverage:
             env["RALPH_COVERAGE"] = str(tmp / "coverage.json")
-        if failed_first or words:
-            env["RALPH_FIRST"] = json.dumps({"tests": list(failed_first), "words": list(words)})
+        if failed_first or front or words:
+            order = {"tests": list(failed_first), "front": list(front), "words": list(words)}
+            (tmp / "first.json").write_text(json.dumps(order))
+            env["RALPH_FIRST"] = str(tmp / "first.json")
         return env
 
     def _run(self, args: list[str], scope: Scope, env: dict[str, str], exitfirst: bool) -> ProcessResult:
@@ -121,7 +128,7 @@ class PytestValidator:
             # Fail-fast runs of selected tests come once per candidate: the worker readies the next.
             spare = exitfirst and bool(selected)
             return self.warm.run(args, selected, env=env, timeout_s=scope.timeout_s, spare=spare)
-        argv = [self.toolchain.python, "-m", "pytest", *args, *([] if self.uniform else selected)]
+        argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
         return self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
 
     def baseline(self, timeout_s: float, coverage: bool = True) -> StageResult:
@@ -150,26 +157,6 @@ def _pytest_args(project: Path, exitfirst: bool) -> list[str]:
         "--continue-on-collection-errors",
         *(["-x"] if exitfirst else []),
     ]
-
-
-def _write_list(path: Path, items: list[str]) -> str:
-    path.write_text(json.dumps(items))
-    return str(path)
-
-
-def _reuse(
-    tests: list[TestResult], end: dict[str, Any] | None, known: Mapping[str, TestResult]
-) -> str | None:
-    """Add the known outcomes of the tests the run collected and did not run again (the closing
-    record names them); an id it names that the host did not give is no verdict."""
-    reused = end.get("reused", []) if end else []
-    if not isinstance(reused, list) or not all(isinstance(t, str) for t in reused):
-        return "the report's reused tests are malformed"
-    ran = {t.nodeid for t in tests}
-    if stray := [t for t in reused if t not in known or t in ran]:
-        return f"the report reused outcomes it was not given: {', '.join(stray[:3])}"
-    tests.extend(known[t] for t in reused)
-    return None
 
 
 def _tail(output: str, lines: int = 8) -> str:

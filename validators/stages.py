@@ -42,8 +42,6 @@ class Attempt:
     merged: Observation = field(init=False)
     stages: list[StageResult] = field(default_factory=list)
     amended: bool = False  # the candidate was changed by ruff's safe fixes
-    # Outcomes a fresh process observed on exactly the state the gate runs on: not run again there.
-    fresh_passes: dict[str, TestResult] = field(default_factory=dict)
     _selection: Selection | None = None
 
     def __post_init__(self) -> None:
@@ -221,9 +219,9 @@ class TypesStage:
 
 @dataclass
 class FailingTestsStage:
-    """The tests failing in the accepted state that can see the change: can it improve anything at
-    all? A failing test that never entered the changed function bodies at the baseline would run
-    exactly as before up to its failure, so it is not run here (the gate runs it)."""
+    """The tests failing in the accepted state that can see the change, until one passes: can it
+    improve anything at all? A failing test that never entered the changed function bodies at the
+    baseline would run exactly as before up to its failure, so it is not run here (the gate runs it)."""
 
     validator: PytestValidator
     verifier: Verifier
@@ -245,10 +243,15 @@ class FailingTestsStage:
                 detail=f"none of the {len(failing)} failing tests can see the change",
                 unaffected=unaffected,
             )
-        result = self.validator.check(Scope(tests=tuple(affected), timeout_s=self.verifier.quick_timeout_s))
+        # One fixed test shows the candidate improves: then the fresh run of the selected tests,
+        # which holds every failing test that can see the change, gives each its verdict once.
+        scope = Scope(tests=tuple(affected), timeout_s=self.verifier.quick_timeout_s)
+        result = self.validator.check(scope, stop_on_pass=True)
         result.unaffected = unaffected
         if unaffected:
             result.detail += f" ({unaffected} failing tests that cannot see the change not run)"
+        if len(result.tests) < len(affected):
+            result.detail += " (stopped at the first that passes)"
         return result
 
 
@@ -277,38 +280,25 @@ class FailingChecksStage:
 
 @dataclass
 class SelectedTestsStage:
-    """The tests that can see the change (coverage and imports), failing fast, recent failures first.
-    `fresh`: in a new process on the workspace put back (not a fork of the warm runner), with the
-    failing tests the candidate fixed: its passes then stand for the gate, which runs only the rest."""
+    """The tests that can see the change (coverage and imports), failing fast, recent failures first."""
 
     verifier: Verifier
-    fresh: bool = False
     name: str = "tests"
 
     def wanted(self, attempt: Attempt) -> bool:
         return True
 
     def run(self, attempt: Attempt) -> StageResult:
-        if not self.fresh:
-            return self.verifier.run_selected(attempt.selection)
-        fixed = [
-            t.nodeid
-            for s in attempt.stages
-            if s.stage == "tests"
-            for t in s.tests
-            if t.outcome == "passed" and t.nodeid in attempt.current.tests
-        ]
-        result = self.verifier.run_selected(attempt.selection, also=fixed, fresh=True)
-        if result.error is None:
-            attempt.fresh_passes = {t.nodeid: t for t in result.tests if t.outcome == "passed"}
-        return result
+        return self.verifier.run_selected(attempt.selection)
 
 
 @dataclass
 class GateStage:
     """The whole suite, in a fresh process, on the workspace put back to exactly the accepted state
-    plus the candidate: the last word, so a test-selection miss is never accepted. A test of the
-    state that the suite no longer reports fails (a failing target that vanished is not fixed)."""
+    plus the candidate: the last word, so a test-selection miss is never accepted. The tests that can
+    see the change run first, and the run stops at the first test that passed in the accepted state
+    and fails now (a regression: the candidate is rejected whatever the rest does). A test of the
+    state that a complete run no longer reports fails (a failing target that vanished is not fixed)."""
 
     validator: PytestValidator
     verifier: Verifier
@@ -318,11 +308,15 @@ class GateStage:
         return True
 
     def run(self, attempt: Attempt) -> StageResult:
-        # Each test runs once per state: what passed in the fresh selected run (same files, same
-        # kind of process) is collected, so a vanished test is still caught, but not run again.
-        known = attempt.fresh_passes
-        suite = self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s), known=known)
-        if suite.error is None:
+        selection = attempt.selection
+        suite = self.validator.check(
+            Scope(timeout_s=self.verifier.gate_timeout_s),
+            failed_first=self.verifier.recent_failures.first(self.verifier.durations),
+            front=["."] if selection.everything else selection.tests,
+            words=selection.words,
+            guard=attempt.current.passing_tests(),
+        )
+        if suite.error is None and not suite.stopped_early:
             reported = {t.nodeid for t in suite.tests}
             suite.tests += [
                 TestResult(t, "error", message="disappeared from the suite")

@@ -22,6 +22,7 @@ from typing import Any
 
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.errors import RalphError
+from ralph.domain.results import Scope
 from ralph.domain.score import Observation
 from ralph.drafters.mutation_ops import generate_mutants
 from sandboxes import select_sandbox
@@ -53,6 +54,11 @@ class MutantResult:
     testmon_ms: float | None
     detected: bool
     stage: str | None
+    # The accept path: the candidate that undoes the mutant, verified from the mutant's state.
+    accept_ms: float | None = None
+    accepted: bool | None = None
+    accept_units: float | None = None  # test executions / tests in the suite
+    accept_reason: str = ""
 
 
 @dataclass
@@ -87,7 +93,25 @@ class VerifyBench:
             if self.results
             else None,
             "missed": [f"{r.path}: {r.description}" for r in self.results if not r.detected],
+            **self._accept_summary(),
             "baseline_s": round(self.baseline_s, 2),
+        }
+
+    def _accept_summary(self) -> dict[str, Any]:
+        timed = [r for r in self.results if r.accept_ms is not None]
+        accept = [r.accept_ms for r in timed if r.accept_ms is not None]
+        units = [r.accept_units for r in timed if r.accept_units is not None]
+        naive = _median([r.naive_ms for r in timed])
+        med = _median(accept)
+        return {
+            "accept_median_ms": med if accept else None,
+            "accept_p90_ms": _p90(accept) if accept else None,
+            "accept_speedup": round(naive / med, 2) if accept and med else None,
+            "accept_suite_units_median": round(statistics.median(units), 2) if units else None,
+            "accept_suite_units_max": round(max(units), 2) if units else None,
+            "fixes_rejected": [
+                f"{r.path}: {r.description}: {r.accept_reason}" for r in timed if not r.accepted
+            ],
         }
 
 
@@ -197,7 +221,7 @@ def _measure_mutant(
         verifier.restored(workspace.take_foreign())
         report.duration_ms += (time.perf_counter() - restore_start) * 1000
         testmon_ms = _timed(naive.testmon, naive.cwd, naive.env)[0] if naive.testmon else None
-        return MutantResult(
+        result = MutantResult(
             path,
             description,
             report.duration_ms,
@@ -208,6 +232,36 @@ def _measure_mutant(
         )
     finally:
         workspace.rollback([change])
+    _measure_accept(result, change, workspace, verifier, state)
+    return result
+
+
+def _measure_accept(
+    result: MutantResult, mutant: FileChange, workspace: Workspace, verifier: Verifier, state: Observation
+) -> None:
+    """Make the mutant the accepted state (observed by a full fresh run), verify the edit that undoes
+    it as the loop does, then put the original back as the accepted state."""
+    original = FileChange(mutant.path, mutant.after, mutant.before)
+    workspace.apply([mutant])
+    workspace.capture()
+    try:
+        suite = verifier.gate.check(Scope(timeout_s=verifier.gate_timeout_s))
+        broken = state.overlay(suite)
+        workspace.apply([original])
+        report = verifier.verify(
+            Candidate("bench", "undo the mutant", (original,)), broken, workspace.restore
+        )
+        workspace.rollback([original])
+        verifier.restored(workspace.take_foreign())
+        result.accept_ms, result.accepted, result.accept_reason = (
+            report.duration_ms,
+            report.accepted,
+            report.reason,
+        )
+        result.accept_units = report.tests_run / max(1, len(state.tests))
+    finally:
+        workspace.apply([original])
+        workspace.capture()
 
 
 def bench_verify(
@@ -252,9 +306,10 @@ def bench_verify(
                 if result is None:
                     continue
                 bench.results.append(result)
+                accept = f" · accept {result.accept_ms:.0f} ms" if result.accept_ms is not None else ""
                 progress(
                     f"{len(bench.results)}/{mutants} {path}: {description} · ralph {result.ralph_ms:.0f} ms "
-                    f"({result.stage or 'MISSED'}) · naive {result.naive_ms:.0f} ms"
+                    f"({result.stage or 'MISSED'}) · naive {result.naive_ms:.0f} ms{accept}"
                 )
         finally:
             verifier.close()

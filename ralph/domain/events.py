@@ -15,6 +15,7 @@ class VerdictRecord(TypedDict):
     verify_ms: float
     score: dict[str, Any] | None
     stages: list[dict[str, Any]]  # StageResult.to_json each
+    tests_run: int  # test outcomes its test stages reported
     amended_diff: NotRequired[str]  # the edit as committed, when the verifier amended it
 
 

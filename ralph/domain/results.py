@@ -72,7 +72,7 @@ class StageResult:
     syntax_errors: dict[str, str] = field(default_factory=dict)
     skipped: bool = False
     unaffected: int = 0  # failing tests not run because the change cannot reach them
-    reused: int = 0  # tests collected and not run again: their outcome on this state was known
+    stopped_early: bool = False  # a test run stopped once its verdict was known
     # Set when the stage could not give a verdict (a tool that crashed, timed out, was killed or
     # reported something inconsistent): the candidate fails, whatever else the stage observed.
     error: str | None = None
@@ -117,7 +117,7 @@ class StageResult:
             syntax_errors=dict(data.get("syntax_errors", {})),
             skipped=data.get("skipped", False),
             unaffected=data.get("unaffected", 0),
-            reused=data.get("reused", 0),
+            stopped_early=data.get("stopped_early", False),
             error=data.get("error"),
         )
 

@@ -24,6 +24,16 @@ class VerifyReport:
     # The edit as verified when the verifier amended it (ruff's safe fixes applied): what to commit.
     changes: tuple[FileChange, ...] | None = None
 
+    @property
+    def tests_run(self) -> int:
+        """Test executions this verdict cost: how many outcomes its test stages reported (a gate's
+        "disappeared" entries are none)."""
+        return sum(
+            sum(t.message != "disappeared from the suite" for t in s.tests)
+            for s in self.stages
+            if s.stage in ("tests", "gate") and not s.skipped
+        )
+
     def to_json(self) -> VerdictRecord:
         record: VerdictRecord = {
             "verdict": "accepted" if self.accepted else "rejected",
@@ -32,6 +42,7 @@ class VerifyReport:
             "verify_ms": round(self.duration_ms, 1),
             "score": self.score.to_json() if self.score else None,
             "stages": [s.to_json() for s in self.stages],
+            "tests_run": self.tests_run,
         }
         if self.changes is not None:
             record["amended_diff"] = unified_diff(self.changes)

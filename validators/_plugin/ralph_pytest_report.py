@@ -30,20 +30,18 @@ _SETTINGS = (
     "RALPH_COVERAGE_ROOT",
     "RALPH_TEST_TIMEOUT",
     "RALPH_FIRST",
-    "RALPH_KNOWN",
-    "RALPH_SELECT",
-    "RALPH_EXITFIRST",
+    "RALPH_STOP_ON_PASS",
+    "RALPH_GUARD",
 )
 _settings: dict[str, str] = {}
 _failed_seen = 0  # failing reports pytest gave us, counted apart from what `_write` records
-# Node ids whose outcome on this exact state the host already has ($RALPH_KNOWN, a JSON list file):
-# collected, then deselected, and named in the closing record instead of run again.
-_known: frozenset[str] = frozenset()
-_reused: list[str] = []
-# The tests to run ($RALPH_SELECT, a JSON list file of node ids, files or directories) and -x
-# ($RALPH_EXITFIRST), given here rather than on the command line: a fresh run of some tests then
-# has the very command line of a whole-suite run, so the code under test cannot tell them apart.
-_select: tuple[str, ...] = ()
+# Early stops the host asks for: at the first test that passes ($RALPH_STOP_ON_PASS: is any of these
+# failing tests fixed?), or at the first failure of a test in $RALPH_GUARD (a JSON list file of the
+# tests that pass in the accepted state: that failure is a regression, the verdict is known).
+_guard: frozenset[str] = frozenset()
+_first: dict = {}  # $RALPH_FIRST, a JSON file: which tests to run first (see modifyitems)
+_session = None
+_stopped: str | None = None
 
 
 def arm() -> None:
@@ -57,13 +55,13 @@ def arm() -> None:
         if value is not None:
             _settings[name] = value
     _report_file = open(_settings["RALPH_REPORT"], "a", encoding="utf-8")  # noqa: SIM115
-    global _known, _select
-    if _settings.get("RALPH_KNOWN"):  # read now, before any of the project's code has run
-        with open(_settings["RALPH_KNOWN"], encoding="utf-8") as f:
-            _known = frozenset(json.load(f))
-    if _settings.get("RALPH_SELECT"):
-        with open(_settings["RALPH_SELECT"], encoding="utf-8") as f:
-            _select = tuple(json.load(f))
+    global _guard, _first
+    if _settings.get("RALPH_GUARD"):  # read now, before any of the project's code has run
+        with open(_settings["RALPH_GUARD"], encoding="utf-8") as f:
+            _guard = frozenset(json.load(f))
+    if _settings.get("RALPH_FIRST"):
+        with open(_settings["RALPH_FIRST"], encoding="utf-8") as f:
+            _first = json.load(f)
 
 
 def _setting(name: str) -> str:
@@ -77,16 +75,9 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session) -> None:
+    global _session
     arm()
-    if _setting("RALPH_EXITFIRST"):
-        session.config.option.maxfail = 1  # what -x sets
-
-
-def _selected(nodeid: str) -> bool:
-    return any(
-        s == "." or nodeid == s or nodeid.startswith((s + "::", s + "[", s.rstrip("/") + "/"))
-        for s in _select
-    )
+    _session = session
 
 
 def _write(record: dict) -> None:
@@ -155,6 +146,7 @@ def pytest_runtest_logreport(report) -> None:
                 outcome = report.outcome
         else:
             outcome = "error" if report.failed else "skipped"
+        _stop_early(report.nodeid, outcome)
         _write(
             {
                 "nodeid": report.nodeid,
@@ -165,6 +157,18 @@ def pytest_runtest_logreport(report) -> None:
                 "frames": getattr(report, "_ralph_frames", []),
             }
         )
+
+
+def _stop_early(nodeid: str, outcome: str) -> None:
+    global _stopped
+    if _session is None or _stopped is not None:
+        return
+    if outcome == "passed" and _setting("RALPH_STOP_ON_PASS"):
+        _stopped = "pass"
+    elif outcome in ("failed", "error") and nodeid in _guard:
+        _stopped = "regression"
+    if _stopped is not None:
+        _session.shouldstop = f"ralph: stopped at the first {_stopped}"
 
 
 def pytest_collectreport(report) -> None:
@@ -185,37 +189,29 @@ def pytest_collectreport(report) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Tests whose outcome is known ($RALPH_KNOWN) are deselected. With $RALPH_FIRST ({"tests":
-    [node ids], "words": [...]}): tests that failed lately first, then those asked for by node id,
-    each group ordered by the rarest of the words its name contains; the rest keep pytest's order.
-    A broken candidate then fails on its first test or so, and -x stops the run there instead of
-    after the whole module."""
-    if _known:
-        known = [item for item in items if item.nodeid in _known]
-        items[:] = [item for item in items if item.nodeid not in _known]
-        _reused.extend(item.nodeid for item in known)
-        config.hook.pytest_deselected(items=known)
-    if _select:
-        others = [item for item in items if not _selected(item.nodeid)]
-        items[:] = [item for item in items if _selected(item.nodeid)]
-        config.hook.pytest_deselected(items=others)
-    try:
-        first = json.loads(_setting("RALPH_FIRST") or "{}")
-    except ValueError:
-        return
+    """With $RALPH_FIRST ({"tests": [node ids], "front": [node ids, files, directories], "words":
+    [...]}): tests that failed lately first, then the tests under `front` (those that can see the
+    change), then those asked for by node id, each group ordered by the rarest of the words its name
+    contains; the rest keep pytest's order. A broken candidate then fails on its first test or so,
+    and a fail-fast run stops there instead of after the whole module."""
+    first = _first if isinstance(_first, dict) else {}
     failed = set(first.get("tests", []))
+    front = tuple(first.get("front", []))  # node ids, files or directories: the tests that can see the change
     words = [w.lower() for w in first.get("words", [])]
-    if not failed and not words:
+    if not failed and not words and not front:
         return
-    explicit = set(_select or config.args)
+    under = tuple(f"{p}{sep}" for p in front for sep in ("::", "[", "/")) if "." not in front else ("",)
+    exact = set(front)
+    explicit = set(config.args)
     names = {id(item): item.nodeid.partition("::")[2].lower() for item in items}
     count = {w: sum(w in name for name in names.values()) for w in words}
     unmatched = len(items) + 1  # (a list being sorted reads as empty)
 
-    def rank(item) -> tuple[bool, bool, int]:
+    def rank(item) -> tuple[bool, bool, bool, int]:
         name = names[id(item)]
         rarest = min((count[w] for w in words if w in name), default=unmatched)
-        return item.nodeid not in failed, item.nodeid not in explicit, rarest
+        seen = item.nodeid in exact or item.nodeid.startswith(under)
+        return item.nodeid not in failed, not seen, item.nodeid not in explicit, rarest
 
     items.sort(key=rank)
 
@@ -317,7 +313,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "shouldstop": bool(getattr(session, "shouldstop", False)),
                 "shouldfail": bool(getattr(session, "shouldfail", False)),
                 "failed_seen": _failed_seen,
-                "reused": _reused,
+                "stopped": _stopped,
             }
         )
         _report_file.close()

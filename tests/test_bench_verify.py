@@ -1,0 +1,42 @@
+"""`ralph bench verify` on a small real project: both paths are timed, the fix of every caught mutant
+is accepted, and what an accept costs is counted in suite units."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.conftest import BUGGY_WINDOWS, run_ralph, write_files
+
+PROJECT = {
+    **BUGGY_WINDOWS,
+    "windows.py": BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)"),
+    "other.py": "def triple(x):\n    return x * 3\n",
+    "tests/test_other.py": (
+        "from other import triple\n\n\n"
+        + "".join(f"def test_triple_{n}():\n    assert triple({n}) == {3 * n}\n\n\n" for n in range(6))
+    ),
+}
+
+
+def test_bench_verify_times_the_reject_and_the_accept_path(tmp_path: Path) -> None:
+    write_files(tmp_path / "p", PROJECT)
+    proc = run_ralph(
+        "bench",
+        "verify",
+        str(tmp_path / "p"),
+        "--mutants",
+        "3",
+        "--python",
+        sys.executable,
+        "--json",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["mutants"] == 3 and summary["recall"] == 1.0
+    assert summary["accept_median_ms"] > 0 and summary["fixes_rejected"] == []
+    # An accept costs one suite run and the first fixed test (9 of 8 here), not the two and a half
+    # suites it once did.
+    assert 0 < summary["accept_suite_units_max"] <= 1.25, summary
