@@ -884,7 +884,8 @@ _CODE_BLOCK_RE = re.compile(r"^```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)^```"
 def parse_function_blocks(text: str, files: Mapping[str, str]) -> list[FunctionReplacement]:
     """Whole corrected functions in a reply: each fenced code block that parses as exactly one
     top-level `def` (decorators allowed), placed in the first of `files` (most suspicious first)
-    that defines a function of that name. What small models answer with when asked for a fix."""
+    that defines a function of that name (an EditError when that file has several). What small
+    models answer with when asked for a fix."""
     found: list[FunctionReplacement] = []
     for match in _CODE_BLOCK_RE.finditer(text):
         source = match.group(1)
@@ -898,8 +899,12 @@ def parse_function_blocks(text: str, files: Mapping[str, str]) -> list[FunctionR
         for path, content in files.items():
             try:
                 _find_def(ast.parse(content), name, path)
-            except (SyntaxError, EditError):
+            except SyntaxError:
                 continue
+            except EditError as err:
+                if str(err).startswith(f"no function `{name}`"):
+                    continue
+                raise  # several definitions of that name here: never another file's by default
             found.append(FunctionReplacement(path, name, source))
             break
     return found

@@ -4,9 +4,10 @@ It depends on the Protocols of ralph.domain only; ralph/session.py wires the con
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from ralph.domain.candidate import Candidate
@@ -105,7 +106,6 @@ class Loop:
             self.view.progress(f"#{result.iterations + 1} {decision.drafter} · {candidate.description}")
             report = self._verify(candidate, state)  # verify
             verdicts.append(_candidate_record(candidate, report))
-            result.cost_usd += candidate.cost_usd or 0.0
             if report.accepted and report.observation is not None and report.score is not None:  # decide
                 message = _commit_message(candidate, self.verifier.score(state), report)
                 commit = self.branch.prepare(
@@ -116,8 +116,11 @@ class Loop:
                 break
             memory.reject(candidate, report)
         result.iterations += 1
+        spent = memory.spent()  # every draft's, verified or not (a duplicate cost tokens too)
+        result.cost_usd += spent
+        times = (t0, draft_ms, start)
         record = self._record(
-            result, decision, before, verdicts, t0, draft_ms, start, memory.drafted, commit
+            result, decision, before, verdicts, times, memory.drafted, commit, spent
         )  # trace
         self.trace.write("iteration", **record)  # first the trace, then the branch
         if commit is not None:
@@ -137,11 +140,12 @@ class Loop:
         memory.new_batch(0)
         start = time.perf_counter()
         if getattr(drafter, "remote", False) and n > 1:
-            batches: Iterable[list[Candidate]] = _as_they_come(drafter, context, n)
+            batches: Iterable[list[Candidate]] = _as_they_come(drafter, context, n, memory)
         else:
             batches = [sorted(drafter.draft(context, n), key=_verification_order)]
         for batch in batches:
             memory.drafted += len(batch)
+            memory.add_cost(batch)
             for candidate in batch:
                 if memory.is_new(candidate):
                     yield candidate, (time.perf_counter() - start) * 1000
@@ -153,12 +157,12 @@ class Loop:
         decision: RouteDecision,
         before: int,
         verdicts: list[CandidateRecord],
-        t0: float,
-        draft_ms: float,
-        start: float,
+        times: tuple[float, float, float],  # the iteration's start, its drafting ms, the loop's start
         proposed: int,
         commit: str | None,
+        cost: float,
     ) -> IterationRecord:
+        t0, draft_ms, start = times
         verify_ms = sum(v["verify_ms"] for v in verdicts)
         return {
             "i": result.iterations,
@@ -171,7 +175,7 @@ class Loop:
             "verify_ms": round(verify_ms, 1),
             "overhead_ms": round(max(0.0, (time.perf_counter() - t0) * 1000 - draft_ms - verify_ms), 1),
             "elapsed_s": round(time.monotonic() - start, 3),  # since the loop started
-            "cost_usd": sum(v["cost_usd"] or 0.0 for v in verdicts),
+            "cost_usd": cost,
             "candidates": verdicts,
             "proposed": proposed,
             "commit": commit or self.branch.tip,
@@ -236,9 +240,26 @@ class Memory:
     best_remaining: int | None = None
     batch: set[str] = field(default_factory=set)  # fingerprints proposed in this iteration
     drafted: int = 0  # what the drafter returned this iteration, new or not
+    _cost: float = 0.0
+    _cost_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def new_batch(self, drafted: int) -> None:
         self.batch, self.drafted = set(), drafted
+
+    def add_cost(self, batch: list[Candidate]) -> None:
+        with self._cost_lock:
+            self._cost += sum(c.cost_usd or 0.0 for c in batch)
+
+    def add_late_cost(self, future: Future[list[Candidate]]) -> None:
+        """A draft that finished after the loop moved on (called from its thread)."""
+        if not future.cancelled() and future.exception() is None:
+            self.add_cost(future.result())
+
+    def spent(self) -> float:
+        """What the drafts cost since the last call."""
+        with self._cost_lock:
+            spent, self._cost = self._cost, 0.0
+        return spent
 
     def is_new(self, candidate: Candidate) -> bool:
         """False for an edit already rejected, or already proposed in this iteration's batch."""
@@ -257,11 +278,22 @@ class Memory:
             self.best, self.best_remaining = entry, remaining
 
 
-def _as_they_come(drafter: Drafter, context: DraftContext, n: int) -> Iterator[list[Candidate]]:
-    """`drafter.draft(context, 1)` n times in parallel, each batch as soon as it is written."""
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        for future in as_completed([pool.submit(drafter.draft, context, 1) for _ in range(n)]):
+def _as_they_come(
+    drafter: Drafter, context: DraftContext, n: int, memory: Memory
+) -> Iterator[list[Candidate]]:
+    """`drafter.draft(context, 1)` n times in parallel, each batch as soon as it is written. When the
+    loop stops listening (an accept), the requests not yet sent are cancelled and those in flight are
+    left to finish without holding the loop; what they cost is counted when they land."""
+    pool = ThreadPoolExecutor(max_workers=n)
+    futures = [pool.submit(drafter.draft, context, 1) for _ in range(n)]
+    try:
+        for future in as_completed(futures):
             yield future.result()
+    finally:
+        for future in futures:
+            if not future.done():
+                future.add_done_callback(memory.add_late_cost)
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _verification_order(candidate: Candidate) -> int:

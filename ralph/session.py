@@ -303,7 +303,9 @@ def _toolchain(
     if not config.sandbox:
         view.notice("--no-sandbox: candidate code runs without isolation (rlimits and timeouts only)")
     toolchain = Toolchain(
-        python=find_python(workspace.project, snap.toplevel, config.python),
+        python=find_python(
+            snap.toplevel / snap.subdir, snap.toplevel, config.python
+        ),  # the user's, not the copy's
         sandbox=sandbox,
         project=workspace.project,
         scratch=scratch,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ralph.bench.fix import humanevalfix_files, load_tasks
+from ralph.bench.fix import humanevalfix_files, load_tasks, naive_time_to_green
 from tests.conftest import run_ralph, write_files
 
 FIXABLE = {
@@ -49,6 +49,32 @@ def test_bench_fix_runs_every_task_and_summarizes(tmp_path):
     assert (summary["tasks"], summary["fixed"], summary["fix_rate"]) == (2, 1, 0.5)
     assert sorted(p.name for p in (tmp_path / "out" / "traces").iterdir()) == ["Demo-0.jsonl", "Demo-1.jsonl"]
     assert summary["drafters"]["mutation"]["iterations"] >= 1
+    results = json.loads((tmp_path / "out" / "summary.json").read_text())["results"]
+    fixed = next(r for r in results if r["outcome"] == "goal")
+    assert fixed["naive_run_s"] > 0 and fixed["naive_ratio"] > 0
+    assert summary["naive_ratio_median"] == fixed["naive_ratio"]
+
+
+def test_the_naive_loop_pays_a_full_run_per_candidate_verified_up_to_the_goal():
+    records = [
+        {"type": "run_start"},
+        {
+            "type": "iteration",
+            "draft_ms": 100.0,
+            "remaining_after": 2,
+            "candidates": [{"stages": [1]}, {"stages": []}],
+        },
+        {
+            "type": "iteration",
+            "draft_ms": 300.0,
+            "remaining_after": 0,
+            "candidates": [{"stages": [1]}, {"stages": [1]}],
+        },
+        {"type": "iteration", "draft_ms": 900.0, "remaining_after": 0, "candidates": [{"stages": [1]}]},
+    ]
+    # 0.4 s of drafting, three candidates that reached verification (a parse failure needs no run).
+    assert naive_time_to_green(records, naive_run_s=2.0) == 0.4 + 3 * 2.0
+    assert naive_time_to_green(records[:2], naive_run_s=2.0) is None
 
 
 def test_a_directory_of_projects_is_a_task_suite(tmp_path):

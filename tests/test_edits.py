@@ -797,3 +797,12 @@ def test_function_blocks_are_whole_defs_placed_in_the_first_file_that_defines_th
     assert parse_function_blocks(reply, files) == [
         FunctionReplacement("b.py", "add", "def add(self, a, b):\n    return a + b\n")
     ]
+
+
+def test_a_function_name_that_is_ambiguous_in_the_first_file_is_an_error_not_another_files() -> None:
+    files = {
+        "a.py": "class A:\n    def run(self):\n        pass\n\n\nclass B:\n    def run(self):\n        pass\n",
+        "b.py": "def run():\n    pass\n",
+    }
+    with pytest.raises(EditError, match=r"matches 2 definitions in a\.py"):
+        parse_function_blocks("```python\ndef run(self):\n    return 1\n```\n", files)

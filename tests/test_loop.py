@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 from ralph.config import RunConfig
 from ralph.domain.candidate import Candidate, FileChange
@@ -88,3 +89,34 @@ def test_a_remote_drafter_is_asked_in_parallel(make_repo):
     assert first["accepted"] and first["candidates"][-1]["description"] == "call 4"
     assert first["draft_ms"] < 3 * 400  # four calls overlapped, not queued
     assert time.monotonic() - start < 20
+
+
+class SlowTailDrafter:
+    """A remote drafter whose first answer is right and quick; the other three take seconds."""
+
+    name = "tail"
+    remote = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def draft(self, context: DraftContext, n: int) -> list[Candidate]:
+        with self.lock:
+            self.calls += 1
+            call = self.calls
+        time.sleep(0.2 if call == 1 else 3.0)
+        text = GOOD if call == 1 else BAD
+        return [replace(edit(context, text, f"call {call}"), cost_usd=0.01)]
+
+
+def test_after_an_accept_the_remote_requests_in_flight_do_not_hold_the_loop(make_repo):
+    outcome = fix(
+        make_repo(BUGGY_WINDOWS),
+        RunConfig(drafter="tests.test_loop:SlowTailDrafter", candidates=4),
+        view=QuietView(),
+    )
+    assert outcome.result.outcome == "goal"
+    [first] = [r for r in read_trace(outcome.trace) if r["type"] == "iteration"]
+    assert first["accepted"] and first["overhead_ms"] < 1500, first  # not the 3 s the others take
+    assert first["cost_usd"] == 0.01  # the accepted draft's; the others land (and count) later

@@ -98,3 +98,19 @@ def test_a_failing_target_that_now_skips_is_not_fixed_and_a_pass_that_skips_regr
     assert score(baseline, dodged, frozenset({"t::fix"})).failing_targets == ("t::fix",)
     assert score(baseline, dodged, frozenset({"t::fix"})).regressions == ("t::ok",)
     assert regressions(baseline, dodged) == ["test t::ok (now xfailed)"]
+
+
+def test_a_module_that_collects_again_replaces_its_collection_error():
+    """A state where tests/test_m.py failed to import has one entry for it; a fix that makes it
+    import reports its tests, and that entry goes (or no import fix could ever count as progress)."""
+    broken = Observation(
+        {"tests/test_m.py": TestResult("tests/test_m.py", "error"), "t::ok": TestResult("t::ok", "passed")}
+    )
+    fixed = StageResult(
+        "tests", ok=True, duration_ms=1.0, tests=[TestResult("tests/test_m.py::test_a", "passed")]
+    )
+    merged = broken.overlay(fixed)
+    assert set(merged.tests) == {"tests/test_m.py::test_a", "t::ok"}
+    still = StageResult("tests", ok=False, duration_ms=1.0, tests=[TestResult("tests/test_m.py", "error")])
+    assert broken.overlay(still).tests["tests/test_m.py"].failing
+    assert score(broken, merged).remaining == 0

@@ -630,3 +630,33 @@ def test_fix_help_shows_defaults_and_exit_codes_and_no_stray_metavars():
     assert "Exit codes: 0 goal reached" in proc.stdout and "(default 4)" in proc.stdout
     lines_with_bool = [line for line in proc.stdout.splitlines() if "<bool>" in line]
     assert all("--help" in line for line in lines_with_bool), lines_with_bool
+
+
+def test_an_early_stop_forged_by_the_code_under_test_gives_no_verdict(tmp_path):
+    """The plugin's flags live in the tested process: code that says "stopped at the first
+    regression" and stops the run after a passing test, with no regression to show, must not leave
+    the tests it kept from running at their earlier outcomes (a gate that vouches for them)."""
+    from validators.pytest_run import PytestValidator
+
+    write_files(
+        tmp_path,
+        {
+            "tests/test_a.py": (
+                "import importlib\n\n\ndef test_one():\n"
+                "    m = importlib.import_module('ral' 'ph_pytest_report')\n"
+                "    m._stopped, m._session.shouldstop = 'regression', 'x'\n\n\n"
+                "def test_two():\n    assert False\n"
+            ),
+        },
+    )
+    stage = PytestValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
+    guard = {"tests/test_a.py::test_two"}
+    result = stage.check(Scope(timeout_s=60), guard=guard)
+    assert result.error is not None and "stopped early" in result.error
+    # A real regression stop is kept: test_two fails while guarded, and the run stops there.
+    write_files(
+        tmp_path, {"tests/test_a.py": "def test_two():\n    assert False\n\n\ndef test_three():\n    pass\n"}
+    )
+    real = stage.check(Scope(timeout_s=60), guard=guard)
+    assert real.error is None and real.stopped_early
+    assert [t.nodeid for t in real.tests] == ["tests/test_a.py::test_two"]

@@ -8,14 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.results import StageResult, TestResult
 from ralph.domain.score import Observation, Score, score
 from validators.coverage import CoverageCache
 from validators.failed_first import RecentFailures
-from validators.stages import Attempt, StartedStage, Step, run_sequence, run_step
+from validators.selection import Selection
+from validators.stages import Attempt, StartedStage, Step, can_see, run_sequence, run_step
 
 
 class Scorer:
@@ -111,17 +110,18 @@ def test_the_stages_of_a_step_run_together_and_merge_in_declared_order() -> None
     assert [s.stage for s in run.stages] == ["first", "second"]
 
 
-def test_a_started_stage_is_started_first_and_always_collected() -> None:
+def test_a_started_stage_is_started_first_and_a_crash_is_no_verdict() -> None:
     log: list[str] = []
 
     class Boom(Fixed):
         def run(self, attempt: Attempt) -> StageResult:
             log.append("boom")
-            raise RuntimeError("stage crashed")
+            raise RuntimeError("on what the candidate left")
 
-    with pytest.raises(RuntimeError):
-        run_step(Step((Boom("boom"), Process(log))), attempt())
+    broken = run_step(Step((Boom("boom"), Process(log))), attempt())
     assert log == ["proc started", "boom", "proc collected"]
+    assert broken is not None and not broken.accepted and broken.failed_stage == "boom"
+    assert broken.reason == "boom: no verdict: the stage crashed: RuntimeError: on what the candidate left"
 
 
 def test_a_step_that_must_improve_rejects_what_does_not() -> None:
@@ -165,3 +165,16 @@ def test_the_coverage_cache_is_keyed_by_the_projects_sources(tmp_path: Path) -> 
     (project / "m.py").write_text("a = 2\n")
     assert CoverageCache(tmp_path / "cache", project, "python3").load() is None
     assert CoverageCache(tmp_path / "cache", project, "other-python").load() is None
+
+
+def test_a_failing_test_is_skipped_only_when_its_coverage_vouches_for_it() -> None:
+    selection = Selection(tests=["t.py::sees"])
+    coverage = {"t.py::sees": {"m.py": [1]}, "t.py::elsewhere": {"n.py": [1]}, "t.py::moved": {"a.py": [3]}}
+    failing = ["t.py::sees", "t.py::elsewhere", "t.py::moved", "t.py::new"]
+    # "new" has no coverage at all; "moved" ran a file an accepted edit changed since it was measured.
+    assert can_see(failing, selection, coverage, accepted={"a.py"}) == [
+        "t.py::sees",
+        "t.py::moved",
+        "t.py::new",
+    ]
+    assert can_see(failing, Selection(everything=True), coverage) == failing

@@ -93,6 +93,7 @@ class Verifier:
         self.gate = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s)
         self.checks = CommandValidator(toolchain, checks)
         self.coverage: CoverageMap = {}
+        self.accepted_paths: set[str] = set()  # files accepted edits changed since the coverage was measured
         self.test_files: set[str] = set()  # files the baseline collected tests from
         self._import_graph: ImportGraph | None = None
         self._coverage_index: CoverageIndex | None = None
@@ -126,6 +127,7 @@ class Verifier:
             Step((GateStage(self.gate, self),)),
             Step(
                 (AllChecksStage(self.checks, self),),
+                before=_put_back,  # what the gate's tests wrote is gone before the checks run
                 must_improve="no improvement on the full suite",
                 blame="gate",
             ),
@@ -258,7 +260,9 @@ class Verifier:
         candidate's tests wrote is gone): it is called before the gate."""
         report = self._run(self.sequence, candidate, current, reset, "")
         if report.accepted:
-            self.coverage = remap_coverage(self.coverage, report.changes or candidate.changes)
+            changes = report.changes or candidate.changes
+            self.coverage = remap_coverage(self.coverage, changes)
+            self.accepted_paths.update(c.path for c in changes)
             self._import_graph = None
         return report
 

@@ -70,16 +70,32 @@ class PytestValidator:
             if coverage:
                 self.last_coverage = _read_coverage(tmp.read("coverage.json"), project)
         elapsed = (time.perf_counter() - start) * 1000
-        asked = {"pass": stop_on_pass, "regression": bool(guard)}
-        stop = end.get("stopped") if end else None
-        if isinstance(stop, str) and asked.get(stop) and run.returncode == _INTERRUPTED:
-            run = replace(run, returncode=1 if failing_records else 0)  # our early stop, not a crash
+        stop = _asked_stop(end, stop_on_pass, guard)
+        if stop is not None and run.returncode == _INTERRUPTED:
+            # Our early stop, not a crash, only if the report shows its cause: the plugin's flags live
+            # in the candidate's process, so a stop without that cause gives no verdict.
+            if not _stop_shown(stop, tests, set(guard)):
+                forged = f"pytest stopped early ({stop}) with nothing to show for it"
+                return StageResult(self.name, ok=False, duration_ms=elapsed, detail=forged, error=forged)
+            run = replace(run, returncode=1 if failing_records else 0)
             end = {**(end or {}), "exitstatus": run.returncode, "shouldstop": True}
         error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst)
+        stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
+        return self._result(tests, scope, run, error, elapsed, stopped_early, stop)
+
+    def _result(
+        self,
+        tests: list[TestResult],
+        scope: Scope,
+        run: ProcessResult,
+        error: str | None,
+        elapsed: float,
+        stopped_early: bool,
+        stop: str | None,
+    ) -> StageResult:
+        """The stage's result: requested tests that reported nothing (unless the run stopped early)
+        count as errors."""
         reported = {t.nodeid for t in tests}
-        stopped_early = (exitfirst and any(t.failing for t in tests)) or bool(
-            isinstance(stop, str) and asked.get(stop)
-        )
         for nodeid in () if stopped_early else scope.tests or ():
             if nodeid not in reported and not any(r.startswith(nodeid + "::") for r in reported):
                 reason = error or "not run: the test was not collected (an import or collection error?)"
@@ -90,7 +106,7 @@ class PytestValidator:
             detail = (
                 error or f"{sum(not t.failing for t in tests)} ok, {sum(t.failing for t in tests)} failing"
             )
-        if stopped_early and error is None and stop in asked:
+        if stop is not None and error is None:
             detail += f" (stopped at the first {stop})"
         ok = error is None and not any(t.failing for t in tests)
         result = StageResult(self.name, ok=ok, duration_ms=elapsed, detail=detail, tests=tests, error=error)
@@ -157,6 +173,21 @@ def _pytest_args(project: Path, exitfirst: bool) -> list[str]:
         "--continue-on-collection-errors",
         *(["-x"] if exitfirst else []),
     ]
+
+
+def _asked_stop(end: dict[str, Any] | None, stop_on_pass: bool, guard: Collection[str]) -> str | None:
+    """The early stop the closing record names, when it is one this run asked for."""
+    stop = end.get("stopped") if end else None
+    asked = {"pass": stop_on_pass, "regression": bool(guard)}
+    return stop if isinstance(stop, str) and asked.get(stop) else None
+
+
+def _stop_shown(stop: str, tests: list[TestResult], guard: set[str]) -> bool:
+    """Whether the report shows why the run stopped early: a test that passed (asked: is any fixed?),
+    or a guarded test that fails (a regression)."""
+    if stop == "pass":
+        return any(t.outcome == "passed" for t in tests)
+    return any(t.failing and t.nodeid in guard for t in tests)
 
 
 def _tail(output: str, lines: int = 8) -> str:

@@ -9,7 +9,7 @@ the sequence (validators/pipeline.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -22,7 +22,7 @@ from validators.command import CommandValidator
 from validators.mypy import MypyValidator
 from validators.pytest_run import PytestValidator
 from validators.ruff import RuffValidator
-from validators.selection import Selection
+from validators.selection import CoverageMap, Selection
 from validators.syntax import SyntaxValidator
 
 if TYPE_CHECKING:
@@ -123,20 +123,52 @@ def run_step(step: Step, attempt: Attempt) -> VerifyReport | None:
     """Run a step's wanted stages (a started one first, the rest inline or in threads) and merge
     their results in declared order."""
     stages = [s for s in step.stages if s.wanted(attempt)]
-    started = {i: s.start(attempt) for i, s in enumerate(stages) if isinstance(s, StartedStage)}
+    started = {i: _start(s, attempt) for i, s in enumerate(stages) if isinstance(s, StartedStage)}
     inline = [(i, s) for i, s in enumerate(stages) if i not in started]
     results: dict[int, StageResult] = {}
     try:
         if len(inline) == 1:
-            results[inline[0][0]] = inline[0][1].run(attempt)
+            results[inline[0][0]] = _run(inline[0][1], attempt)
         elif inline:
             with ThreadPoolExecutor(max_workers=len(inline)) as pool:
-                futures = {i: pool.submit(s.run, attempt) for i, s in inline}
+                futures = {i: pool.submit(_run, s, attempt) for i, s in inline}
                 results.update({i: f.result() for i, f in futures.items()})
     finally:
         for i, finish in started.items():  # always waited for (and its files closed)
             results[i] = finish()
     return attempt.merge([results[i] for i in range(len(stages))]) if stages else None
+
+
+# A validator that crashes (on what a candidate left, say) fails that candidate, not the run: its
+# stage gives no verdict.
+
+
+def _crashed(stage: Stage, exc: Exception) -> StageResult:
+    error = f"the stage crashed: {type(exc).__name__}: {exc}"
+    return StageResult(stage.name, ok=False, duration_ms=0.0, detail=error, error=error)
+
+
+def _run(stage: Stage, attempt: Attempt) -> StageResult:
+    try:
+        return stage.run(attempt)
+    except Exception as exc:
+        return _crashed(stage, exc)
+
+
+def _start(stage: StartedStage, attempt: Attempt) -> Callable[[], StageResult]:
+    try:
+        finish = stage.start(attempt)
+    except Exception as exc:
+        failed = _crashed(stage, exc)
+        return lambda: failed
+
+    def collect() -> StageResult:
+        try:
+            return finish()
+        except Exception as exc:
+            return _crashed(stage, exc)
+
+    return collect
 
 
 def run_sequence(steps: Sequence[Step], attempt: Attempt) -> tuple[VerifyReport | None, Attempt]:
@@ -161,8 +193,14 @@ class StartedStage:
 
     name = ""
 
+    def wanted(self, attempt: Attempt) -> bool:
+        return True
+
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         raise NotImplementedError
+
+    def run(self, attempt: Attempt) -> StageResult:
+        return self.start(attempt)()
 
 
 # The stages. Each holds the validator it drives; the attempt says what to look at.
@@ -232,7 +270,7 @@ class FailingTestsStage:
 
     def run(self, attempt: Attempt) -> StageResult:
         failing = attempt.current.failing_tests()
-        affected = can_see(failing, attempt.selection)
+        affected = can_see(failing, attempt.selection, self.verifier.coverage, self.verifier.accepted_paths)
         unaffected = len(failing) - len(affected)
         if not affected:
             return StageResult(
@@ -255,11 +293,21 @@ class FailingTestsStage:
         return result
 
 
-def can_see(tests: Sequence[str], selection: Selection) -> list[str]:
-    """The `tests` the selection covers (all of them when the change can affect anything)."""
+def can_see(
+    tests: Sequence[str], selection: Selection, coverage: CoverageMap, accepted: Collection[str] = ()
+) -> list[str]:
+    """The `tests` the selection covers (all of them when the change can affect anything), and those
+    whose coverage cannot vouch for it: a test with none, or one that ran a file an accepted edit
+    changed since the coverage was measured (its path may be another by now)."""
     if selection.everything or "." in selection.tests:
         return list(tests)
-    return [t for t in tests if any(is_under(t, s) for s in selection.tests)]
+    return [
+        t
+        for t in tests
+        if any(is_under(t, s) for s in selection.tests)
+        or t not in coverage
+        or any(path in accepted for path in coverage[t])
+    ]
 
 
 @dataclass
@@ -321,6 +369,8 @@ class GateStage:
             suite.tests += [
                 TestResult(t, "error", message="disappeared from the suite")
                 for t in sorted(set(attempt.current.tests) - reported)
+                # a module that failed to collect (its path, no "::") is there when its tests are
+                if "::" in t or not any(t == "." or is_under(r, t) for r in reported)
             ]
             suite.complete_tests = True
         return suite

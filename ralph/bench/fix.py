@@ -10,6 +10,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -92,12 +93,45 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
     trace = root / "traces" / f"{task.name}.jsonl"
     trace.unlink(missing_ok=True)
     try:
-        outcome = fix(
-            _prepare(task, root), RunConfig(**config), view=QuietView(notices=False), trace_path=trace
-        )
-        return {"task": task.name, "outcome": outcome.result.outcome, "trace": str(trace)}
+        repo = _prepare(task, root)
+        outcome = fix(repo, RunConfig(**config), view=QuietView(notices=False), trace_path=trace)
+        python = next((r.get("python") for r in read_trace(trace) if r["type"] == "run_start"), None)
+        return {
+            "task": task.name,
+            "outcome": outcome.result.outcome,
+            "trace": str(trace),
+            "naive_run_s": _naive_run_s(repo, python),
+        }
     except RalphError as exc:
         return {"task": task.name, "outcome": "error", "error": str(exc), "trace": str(trace)}
+
+
+def _naive_run_s(repo: Path, python: str | None) -> float | None:
+    """What one naive full test run of the task's starting state takes: a fresh `pytest -q` (its
+    second run, caches warm, as a user's are). The naive loop pays it once per candidate verified."""
+    if python is None:
+        return None
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    took = None
+    for _ in range(2):
+        start = time.perf_counter()
+        subprocess.run(argv, cwd=repo, capture_output=True, check=False, timeout=600)
+        took = time.perf_counter() - start
+    return took
+
+
+def naive_time_to_green(records: list[dict[str, Any]], naive_run_s: float) -> float | None:
+    """The naive loop on the same candidate stream: the same drafting, then one full test run per
+    candidate that reached verification, up to the accept that reached the goal; None if none did."""
+    draft_s, verified = 0.0, 0
+    for record in records:
+        if record["type"] != "iteration":
+            continue
+        draft_s += record.get("draft_ms", 0.0) / 1000
+        verified += sum(bool(c.get("stages")) for c in record.get("candidates", []))
+        if record.get("remaining_after") == 0:
+            return draft_s + verified * naive_run_s
+    return None
 
 
 def bench_fix(
@@ -122,10 +156,26 @@ def bench_fix(
     return summarize(results, out)
 
 
+def _naive_ratios(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Per task that reached the goal: naive time-to-green / ours (also written into its result)."""
+    ratios = {}
+    for result in results:
+        path = Path(result["trace"])
+        if result.get("naive_run_s") is None or not path.exists():
+            continue
+        records = read_trace(path)
+        ours = run_stats(records).time_to_green_s
+        naive = naive_time_to_green(records, result["naive_run_s"])
+        if ours and naive is not None:
+            ratios[result["task"]] = result["naive_ratio"] = round(naive / ours, 2)
+    return ratios
+
+
 def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     traces = [read_trace(Path(r["trace"])) for r in results if Path(r["trace"]).exists()]
     runs = [run_stats(t) for t in traces]
     greens = [r.time_to_green_s for r in runs if r.time_to_green_s is not None]
+    ratios = _naive_ratios(results)
     wall = sum(r.wall_s for r in runs) or 1e-9
     fixed = sum(r["outcome"] == "goal" for r in results)
     summary = {
@@ -134,6 +184,9 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
         "fix_rate": round(fixed / len(results), 4) if results else 0.0,
         "errors": sum(r["outcome"] == "error" for r in results),
         "median_time_to_green_s": round(statistics.median(greens), 3) if greens else None,
+        # The naive loop's time-to-green over ours, on the same candidate stream (per task, then median).
+        "naive_ratio_median": round(statistics.median(ratios.values()), 2) if ratios else None,
+        "naive_ratio_min": round(min(ratios.values()), 2) if ratios else None,
         "drafters": {name: s.to_json() for name, s in drafter_stats(traces).items()},
         "cycle_breakdown": {
             "draft": round(sum(r.draft_s for r in runs) / wall, 4),

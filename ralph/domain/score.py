@@ -21,6 +21,11 @@ class Observation:
         """This observation updated with what `stage` re-observed (its scope replaces ours)."""
         reported = {t.nodeid: t for t in stage.tests}
         tests = reported if stage.complete_tests else {**self.tests, **reported}
+        # A module (or directory, "." the root) that failed to collect is one entry, its path; once
+        # tests under it report and it does not, it collects again.
+        for entry in [t for t in tests if "::" not in t and t not in reported]:
+            if any(entry == "." or is_under(r, entry) for r in reported):
+                del tests[entry]
         diagnostics = {k: v for k, v in self.diagnostics.items() if k[0] != stage.complete_tool}
         for tool_path in stage.checked:
             diagnostics.pop(tool_path, None)
@@ -138,12 +143,25 @@ def regressions(current: Observation, candidate: Observation) -> list[str]:
         for t in sorted(current.passing_tests())
         if t in candidate.tests and candidate.tests[t].outcome in _DODGES
     ]
-    broken += [f"test {t} (new, failing)" for t in candidate.failing_tests() if t not in current.tests]
+    broken += [
+        f"test {t} (new, failing)"
+        for t in candidate.failing_tests()
+        if t not in current.tests and not uncollected_module(current, t)
+    ]
     broken += [f"check {c}" for c, r in current.checks.items() if r.passed and not candidate.checks[c].passed]
     added = candidate.diagnostic_keys() - current.diagnostic_keys()
     broken += [f"{tool} {path}: {code} {msg}" for tool, path, code, msg in sorted(added.elements())]
     broken += [f"syntax {p}" for p in sorted(set(candidate.syntax_errors) - set(current.syntax_errors))]
     return broken
+
+
+def uncollected_module(state: Observation, nodeid: str) -> bool:
+    """Whether `nodeid` lies in a module (or directory) that failed to collect in `state`: one
+    failing entry, its path. Its tests are not new there, they could not be seen."""
+    return "::" in nodeid and any(
+        "::" not in entry and result.failing and (entry == "." or is_under(nodeid, entry))
+        for entry, result in state.tests.items()
+    )
 
 
 def _now_failing(state: Observation, nodeid: str) -> bool:

@@ -146,7 +146,6 @@ def pytest_runtest_logreport(report) -> None:
                 outcome = report.outcome
         else:
             outcome = "error" if report.failed else "skipped"
-        _stop_early(report.nodeid, outcome)
         _write(
             {
                 "nodeid": report.nodeid,
@@ -157,6 +156,7 @@ def pytest_runtest_logreport(report) -> None:
                 "frames": getattr(report, "_ralph_frames", []),
             }
         )
+        _stop_early(report.nodeid, outcome)  # after its record is written
 
 
 def _stop_early(nodeid: str, outcome: str) -> None:
@@ -177,7 +177,7 @@ def pytest_collectreport(report) -> None:
         _failed_seen += 1
         _write(
             {
-                "nodeid": report.nodeid,
+                "nodeid": report.nodeid or ".",  # the session itself: what is collected from the root
                 "outcome": "error",
                 "when": "collect",
                 "duration": 0.0,
