@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from ralph.domain.errors import RalphError
 
@@ -230,7 +231,8 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
         "branch": outcome.branch,
         "final_commit": outcome.final_commit,
         "trace": str(outcome.trace),
-        "wall_s": round(result.wall_s, 2),
+        "wall_s": round(result.wall_s, 2),  # the whole run, the baseline included
+        "baseline_s": round(outcome.baseline_s, 2),
         "cost_usd": result.cost_usd,
         "applied": outcome.applied,
         "run_id": outcome.run_id,
@@ -262,11 +264,17 @@ def ci(
         bool, typer.Option("--pr", metavar="", help="Open or update a pull request (GITHUB_TOKEN).")
     ] = False,
     remote: Annotated[str, typer.Option(help="The remote to push the fix branch to.")] = "origin",
-    drafter: Annotated[str | None, typer.Option(help="The fast drafter.")] = None,
-    deep: Annotated[str | None, typer.Option(help="The deep reasoner (a litellm model).")] = None,
-    max_iterations: Annotated[int | None, typer.Option(help="Iteration budget.")] = None,
-    max_seconds: Annotated[float | None, typer.Option(help="Wall-time budget.")] = None,
-    max_cost: Annotated[float | None, typer.Option(help="Cost budget (USD).")] = None,
+    drafter: Annotated[
+        str | None, typer.Option(help="The fast drafter (default: the config's, else auto).")
+    ] = None,
+    deep: Annotated[
+        str | None, typer.Option(help="The deep reasoner, a litellm model (default: none).")
+    ] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Iteration budget (default 20).")] = None,
+    max_seconds: Annotated[
+        float | None, typer.Option(help="Wall-time budget in seconds (default: none).")
+    ] = None,
+    max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD (default: none).")] = None,
     no_sandbox: Annotated[
         bool, typer.Option("--no-sandbox", metavar="", help="Run candidate code without bubblewrap.")
     ] = False,
@@ -325,25 +333,36 @@ def doctor(
 ) -> None:
     """What is configured and available: GPU, models, keys (present or not), validators."""
     from ralph.config import load_config
-    from ralph.doctor import diagnose
+    from ralph.doctor import diagnose, problems, rows
 
     if not path.is_dir():
         raise RalphError(f"{path}: no such directory")
     facts = diagnose(path, load_config(path, {}))
+    found = problems(facts)
     if as_json:
-        print(json.dumps(facts))
+        print(json.dumps({**facts, "problems": [{"problem": p, "fix": f} for p, f in found]}))
         return
     table = Table(title="ralph doctor", show_header=False)
-    for key, value in facts.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    Console(soft_wrap=True).print(table)
+    for key, value in rows(facts):
+        table.add_row(key, Text(value))
+    console = Console(soft_wrap=True)
+    console.print(table)
+    for problem, fix in found:
+        console.print(Text(f"problem: {problem}; fix: {fix}"), highlight=False)
+    if not found:
+        console.print(Text("no problems found"), highlight=False)
 
 
 @app.command()
 def report(
     traces: Annotated[list[Path], typer.Argument(help="Trace files, run directories, or .ralph/runs.")],
     compare: Annotated[
-        bool, typer.Option("--compare", metavar="", help="Group runs by their drafters.")
+        bool,
+        typer.Option(
+            "--compare",
+            metavar="",
+            help="Compare drafter set-ups: r and time-to-green per set of drafters a run used.",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON object.")] = False,
     csv_file: Annotated[Path | None, typer.Option("--csv", help="Write one row per iteration.")] = None,
@@ -372,8 +391,32 @@ def report(
         print(json.dumps(data))
         return
     console = Console(soft_wrap=True)
+    if plot:
+        console.print(Text(f"plot written to {plot}"), highlight=False)
+    if compare and len(data["drafters"]) < 2:
+        only = next(iter(data["drafters"]), "none")
+        console.print(Text(f"nothing to compare: every run used the same drafters ({only})"), highlight=False)
     for table in report_tables(data, budget):
         console.print(table)
+
+
+@app.command()
+def clean(
+    path: Annotated[Path, typer.Argument(help="The repository.")] = Path("."),
+    older_than: Annotated[
+        float | None, typer.Option("--older-than", metavar="DAYS", help="Only branches at least this old.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", metavar="", help="With --older-than: unmerged branches too.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", metavar="", help="Say what would go.")] = False,
+) -> None:
+    """Delete the ralph/* branches merged into HEAD (never the checked-out one; an unmerged branch
+    only with --older-than DAYS --force)."""
+    from ralph.clean import clean as clean_branches
+
+    for line in clean_branches(path, older_than_days=older_than, force=force, dry_run=dry_run):
+        print(line)
 
 
 bench = typer.Typer(
@@ -498,6 +541,30 @@ def version() -> None:
     print(dist_version("ralph-loop"))
 
 
+class _Command(TyperCommand):
+    """A command whose --help shows no stray `<bool>` metavar (the help option is made by click)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Group(TyperGroup):
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+for _typer in (app, bench):
+    _typer.info.cls = _Group
+    for _info in _typer.registered_commands:
+        _info.cls = _Command
+
+
 def main() -> None:
     """Entry point: bad input is one line on stderr and exit 2, never a traceback."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -529,15 +596,21 @@ def main() -> None:
 
 def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
     """What happened, in a few lines, and what to run next."""
+    from ralph.endings import still_failing, why
+
     result = outcome.result
     if result.outcome == "goal" and result.remaining_at_start == 0:
         return ["nothing to fix: every target test and check already passes"]
+    lines = []
+    if result.outcome != "goal":
+        lines += [line for line in [still_failing(result.final)] if line] if result.final else []
+        lines += why(result.outcome, result.state, outcome.project, outcome.python, result.history)
     if not outcome.branch or outcome.toplevel is None or outcome.base_commit is None:
-        return []
+        return lines
     from ralph.gitops import run_git
 
     stat = run_git(outcome.toplevel, "diff", "--stat", "--no-color", outcome.base_commit, outcome.branch)
-    lines = [line.rstrip() for line in stat.splitlines() if line.strip()]
+    lines += [line.rstrip() for line in stat.splitlines() if line.strip()]
     if outcome.applied:
         lines.append(f"applied to your working tree: {', '.join(outcome.applied)}")
     lines.append(f"next: git show {outcome.branch}   |   git merge {outcome.branch}")

@@ -81,4 +81,67 @@ def diagnose(project: Path, config: RunConfig) -> dict[str, Any]:
             "coverage": _module_in(python, "coverage"),
         },
         "sandbox": {"bubblewrap": shutil.which("bwrap") is not None},
-    }
+    } | _resolved(config)
+
+
+def _resolved(config: RunConfig) -> dict[str, Any]:
+    """What `--drafter auto` (the default) is here, and why."""
+    if config.drafter != "auto":
+        return {"drafter_resolves_to": config.drafter}
+    if config.deep:
+        why = "the offline mutation drafter as the fast one, escalating to the deep model"
+    else:
+        why = "the offline mutation drafter: no model is configured (--drafter PROVIDER/MODEL or --deep gives one)"
+    return {"drafter_resolves_to": "mutation", "drafter_why": why}
+
+
+def problems(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """What stops or weakens a run here, each with the command that fixes it."""
+    python, checks = facts["project_python"], facts["validators"]
+    found = []
+    if not facts["sandbox"]["bubblewrap"]:
+        found.append(
+            ("bubblewrap is missing: candidate code cannot be sandboxed", "sudo apt-get install bubblewrap")
+        )
+    if not checks["git"]:
+        found.append(("git is missing", "sudo apt-get install git"))
+    if not checks["pytest"]:
+        found.append(
+            (f"pytest is not importable by {python}", f"{python} -m pip install pytest  (or pass --python)")
+        )
+    if not checks["ruff"]:
+        found.append(("ruff is missing", "pip install ruff"))
+    if checks["mypy_configured"] and not checks["mypy"]:
+        found.append((f"mypy is configured but not importable by {python}", f"{python} -m pip install mypy"))
+    if not checks["coverage"]:
+        found.append(
+            (
+                f"coverage is not importable by {python} (slower test selection)",
+                f"{python} -m pip install coverage",
+            )
+        )
+    return found
+
+
+def rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The facts as (name, readable value) rows: no dicts or JSON in a cell."""
+    out = []
+    for key, value in facts.items():
+        if isinstance(value, dict):
+            text = ", ".join(f"{k}: {_word(v)}" for k, v in value.items()) if value else "none"
+        else:
+            text = _word(value)
+        out.append((key, text))
+    return out
+
+
+def _word(value: object) -> str:
+    if value is True:
+        return "yes"
+    if value is False:
+        return "no"
+    if value is None:
+        return "—"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}={_word(v)}" for k, v in value.items() if v is not None) or "defaults"
+    return str(value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
@@ -46,6 +46,8 @@ class RunResult:
     cost_usd: float = 0.0
     wall_s: float = 0.0
     history: list[IterationSummary] = field(default_factory=list)
+    final: Score | None = None  # what still stands between the last state and the goal
+    state: Observation | None = None  # the last accepted state, as observed
 
     @property
     def exit_code(self) -> int:
@@ -90,6 +92,7 @@ class Loop:
         except KeyboardInterrupt:
             result.outcome = "interrupted"
         result.wall_s = time.monotonic() - start
+        result.final, result.state = self.verifier.score(state), state
         return result
 
     def _iteration(
@@ -101,10 +104,15 @@ class Loop:
         before, draft_ms, commit = result.remaining, 0.0, None
         verdicts: list[CandidateRecord] = []
         context = self._context(state, result.accepted, memory)
-        for candidate, waited_ms in self._drafts(decision.drafter, context, decision.n, memory):  # draft
+        drafts = self._drafts(decision.drafter, context, decision.n, memory)
+        for k, (candidate, waited_ms) in enumerate(drafts):  # draft
             draft_ms += waited_ms
-            self.view.progress(f"#{result.iterations + 1} {decision.drafter} · {candidate.description}")
-            report = self._verify(candidate, state)  # verify
+            live = self._live(
+                f"#{result.iterations + 1} {decision.drafter} {k + 1}/{max(memory.drafted, k + 1)}",
+                start,
+                candidate,
+            )
+            report = self._verify(candidate, state, live)  # verify
             verdicts.append(_candidate_record(candidate, report))
             if report.accepted and report.observation is not None and report.score is not None:  # decide
                 message = _commit_message(candidate, self.verifier.score(state), report)
@@ -128,6 +136,16 @@ class Loop:
         self.view.iteration(record)
         result.history.append(_summary(record))
         return state
+
+    def _live(self, head: str, start: float, candidate: Candidate) -> Callable[[str], None]:
+        """The live line while `candidate` is verified: which one of how many, the run's time, the step."""
+
+        def show(stage: str) -> None:
+            self.view.progress(
+                f"{head} · {time.monotonic() - start:.0f}s · {candidate.description} · {stage}"
+            )
+
+        return show
 
     def _drafts(
         self, name: str, context: DraftContext, n: int, memory: Memory
@@ -202,7 +220,9 @@ class Loop:
             protected=self.protected,
         )
 
-    def _verify(self, candidate: Candidate, state: Observation) -> VerifyReport:
+    def _verify(
+        self, candidate: Candidate, state: Observation, progress: Callable[[str], None]
+    ) -> VerifyReport:
         """Apply, verify, and roll back unless accepted. The workspace always ends in a known state."""
         if candidate.error:
             return VerifyReport(False, candidate.error, failed_stage="parse")
@@ -218,7 +238,7 @@ class Loop:
             return VerifyReport(False, str(exc), failed_stage="apply")
         report = VerifyReport(False, "interrupted", failed_stage="interrupted")
         try:
-            report = self.verifier.verify(candidate, state, reset=self.workspace.restore)
+            report = self.verifier.verify(candidate, state, reset=self.workspace.restore, progress=progress)
         finally:
             # Back to exactly the accepted state (plus the edit, when accepted): files the
             # candidate's tests wrote, changed or replaced are undone before anything else runs.

@@ -19,21 +19,41 @@ def plot_runs(loaded: Sequence[tuple[Path, list[dict[str, Any]]]], output: Path)
         import matplotlib.pyplot as plt
     except ImportError:
         raise RalphError("--plot needs matplotlib: pip install 'ralph-loop[plot]'") from None
+    from matplotlib.ticker import MaxNLocator
+
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for path, records in loaded:
+    markers = "os^vD<>ph*"
+    for n, (path, records) in enumerate(loaded):
         stats = run_stats(records, str(path))
         iterations = [r for r in records if r.get("type") == "iteration"]
         if not iterations:
             continue
-        label = f"{'+'.join(stats.drafters)} ({stats.run_id})"
         remaining = [iterations[0]["remaining_before"], *(r["remaining_after"] for r in iterations)]
         elapsed = [0.0, *(r.get("elapsed_s", 0.0) for r in iterations)]
-        by_step.step(range(len(remaining)), remaining, where="post", label=label)
-        by_time.step(elapsed, remaining, where="post", label=label)
+        # Runs that overlap stay apart: a marker each, and a small vertical offset.
+        offset = [v + 0.04 * (n % 5) for v in remaining]
+        style = {"where": "post", "label": run_label(records, stats), "marker": markers[n % len(markers)]}
+        by_step.step(range(len(remaining)), offset, markersize=4, **style)
+        by_time.step(elapsed, offset, markersize=4, **style)
     by_step.set(xlabel="iteration", ylabel="remaining error", title="Remaining error per iteration")
-    by_time.set(xlabel="wall time (s)", ylabel="remaining error", title="Remaining error over time")
+    by_time.set(
+        xlabel="time since the loop started (s)", ylabel="remaining error", title="Remaining error over time"
+    )
+    for axis in (by_step.xaxis, by_step.yaxis, by_time.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True))  # iterations and errors are counts
     by_step.legend(fontsize="small")
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, format="png", dpi=110)
     plt.close(fig)
+
+
+def run_label(records: Sequence[dict[str, Any]], stats: Any) -> str:
+    """A run as a reader knows it: its project and task, its drafters, then its id."""
+    start = next((r for r in records if r.get("type") == "run_start"), {})
+    project = Path(str(start.get("repo") or "?")).name
+    if start.get("project") not in (None, "", "."):
+        project += f"/{start['project']}"
+    task = str(start.get("task") or "").strip()
+    task = f" · {task[:30]}{'...' if len(task) > 30 else ''}" if task else ""
+    return f"{project}{task} · {'+'.join(stats.drafters)} ({stats.run_id})"

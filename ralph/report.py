@@ -38,12 +38,14 @@ class RunStats:
     draft_s: float
     verify_s: float
     overhead_s: float
+    baseline_s: float = 0.0  # verifying the starting state (part of wall_s since run_end records it)
 
     @property
     def fractions(self) -> dict[str, float]:
-        """Drafting, verification and everything else, as shares of the run's wall time."""
-        total = max(self.wall_s, self.draft_s + self.verify_s + self.overhead_s, 1e-9)
-        drafting, verifying = self.draft_s / total, self.verify_s / total
+        """Drafting, verification (the baseline's included) and everything else, as shares of the
+        run's wall time."""
+        total = max(self.wall_s, self.draft_s + self.verify_s + self.baseline_s + self.overhead_s, 1e-9)
+        drafting, verifying = self.draft_s / total, (self.verify_s + self.baseline_s) / total
         return {"draft": drafting, "verify": verifying, "overhead": max(0.0, 1 - drafting - verifying)}
 
 
@@ -145,6 +147,7 @@ def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
         draft_s=sum(r.get("draft_ms", 0.0) for r in iterations) / 1000,
         verify_s=sum(r.get("verify_ms", 0.0) for r in iterations) / 1000,
         overhead_s=sum(r.get("overhead_ms", 0.0) for r in iterations) / 1000,
+        baseline_s=sum(float(e.get("baseline_s") or 0.0) for e in ends),
     )
 
 

@@ -8,7 +8,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ralph.branch import RalphBranch
@@ -53,6 +53,9 @@ class FixOutcome:
     untracked: tuple[str, ...] = ()  # used by the tests, not committed on the branch
     base_commit: str | None = None  # what the branch starts from (the snapshot)
     toplevel: Path | None = None
+    project: Path | None = None  # the user's project directory
+    python: str | None = None  # the interpreter the tests ran with
+    baseline_s: float = 0.0  # what verifying the starting state took (part of the run's wall_s)
 
     @property
     def exit_code(self) -> int:
@@ -186,6 +189,7 @@ def fix(
     """Run the loop on the repository at `path`; the user's HEAD, index and working tree stay as they are.
     `staged` starts from the index instead of the working tree; `only` limits edits to these files;
     `resume` continues a killed or interrupted run where its trace says it stopped."""
+    began = time.monotonic()
     require_sandbox(config.sandbox)
     snap, run_id, branch_name = _starting_point(path, config, branch, staged, resume)
     drafters, router = _drafters(config, view)
@@ -203,6 +207,7 @@ def fix(
         stack.callback(verifier.close)
         start = _start_record(run_id, config, snap, branch_name, drafters, toolchain.python, resume)
         state = _baseline(verifier, trace, start, resume, view)
+        baseline_s = time.monotonic() - began
         workspace.capture()  # what every candidate starts from, exactly
         ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
         loop = Loop(
@@ -218,9 +223,11 @@ def fix(
             protected=verifier.protected,
         )
         result = _drive(loop, state, resume, trace, branch_name)
+        result.wall_s = time.monotonic() - began  # the whole run, the baseline included
         applied = _apply(ralph_branch, view) if apply else []
-        _write_end(trace, result, ralph_branch, branch_name, applied)
-        return _outcome(run_id, result, ralph_branch, trace_path, applied, apply, verifier.notices)
+        _write_end(trace, result, ralph_branch, branch_name, applied, baseline_s)
+        done = _outcome(run_id, result, ralph_branch, trace_path, applied, apply, verifier.notices)
+        return replace(done, python=toolchain.python, baseline_s=baseline_s)
 
 
 def _starting_point(
@@ -435,11 +442,17 @@ def _outcome(
         untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed_paths()),
         base_commit=snap.commit,
         toplevel=snap.toplevel,
+        project=snap.toplevel / snap.subdir,
     )
 
 
 def _write_end(
-    trace: TraceWriter, result: RunResult, ralph_branch: RalphBranch, branch_name: str, applied: list[str]
+    trace: TraceWriter,
+    result: RunResult,
+    ralph_branch: RalphBranch,
+    branch_name: str,
+    applied: list[str],
+    baseline_s: float,
 ) -> None:
     trace.write(
         "run_end",
@@ -449,6 +462,7 @@ def _write_end(
         remaining_at_start=result.remaining_at_start,
         remaining=result.remaining,
         wall_s=round(result.wall_s, 3),
+        baseline_s=round(baseline_s, 3),
         cost_usd=result.cost_usd,
         branch=branch_name if ralph_branch.tip else None,
         final_commit=ralph_branch.tip,

@@ -77,7 +77,7 @@ def plain(text: str) -> str:
 
 def summary_table(summary: dict[str, Any]) -> Table:
     table = Table(title="ralph fix", show_header=False)
-    for key in ("outcome", "iterations", "accepted", "remaining", "branch", "trace", "wall_s"):
+    for key in ("outcome", "iterations", "accepted", "remaining", "branch", "trace", "wall_s", "baseline_s"):
         value = summary.get(key)
         table.add_row(key, Text("—" if value is None else plain(str(value))))
     for line in summary.get("disabled_stages") or ():
@@ -127,20 +127,16 @@ def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
         "iters",
         "accepted",
         "cycle",
-        "fixed after 10 steps",
-        f"fixed in {budget_s:.0f}s",
+        "projected: fixed after 10 steps",
+        f"projected: fixed in {budget_s:.0f}s",
     ):
         drafters.add_column(column)
     for name, d in data["drafters"].items():
         r, cycle = d["r"], d["median_cycle_s"]
         in_budget = 1 - (1 - r) ** (budget_s / cycle) if cycle > 0 else 0.0
+        # 1 - (1 - r)^n projects from what was accepted: with nothing accepted there is nothing to project.
+        projected = (f"{1 - (1 - r) ** 10:.0%}", f"{in_budget:.0%}") if d["accepted"] else ("—", "—")
         drafters.add_row(
-            name,
-            f"{r:.3f}",
-            str(d["iterations"]),
-            str(d["accepted"]),
-            f"{cycle:.2f}s",
-            f"{1 - (1 - r) ** 10:.0%}",
-            f"{in_budget:.0%}",
+            name, f"{r:.3f}", str(d["iterations"]), str(d["accepted"]), f"{cycle:.2f}s", *projected
         )
     return [runs, drafters]

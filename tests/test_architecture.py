@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ralph.loop",),
     (  # what a command runs: one fix, the hook, the CI bot, reports, benchmarks, the doctor
         "ralph.session",
+        "ralph.endings",
+        "ralph.clean",
         "ralph.precommit",
         "ralph.ci",
         "ralph.report",

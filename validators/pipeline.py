@@ -12,6 +12,7 @@ mypy. The steps are declared in `Verifier._steps`; validators/stages.py holds th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -224,6 +225,8 @@ class Verifier:
         outside the edit, which nothing configured meanwhile may have seen."""
         if foreign and self.warm is not None:
             self.warm.discard_spare()
+        if self._import_graph is None:  # an accepted edit changed the sources: read them now, from
+            self._graph()  # the state put back, not inside the next candidate's verification
 
     def close(self) -> None:
         """Stop the warm runner (and anything it still runs) and the type checker."""
@@ -254,11 +257,17 @@ class Verifier:
             suspicious=tuple(s for s in suspicious if only is None or s[0] in only),
         )
 
-    def verify(self, candidate: Candidate, current: Observation, reset: Reset | None = None) -> VerifyReport:
+    def verify(
+        self,
+        candidate: Candidate,
+        current: Observation,
+        reset: Reset | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> VerifyReport:
         """Verify a candidate already applied to the workspace against the `current` state. `reset`
         puts the workspace back to exactly the accepted state plus the given changes (whatever the
         candidate's tests wrote is gone): it is called before the gate."""
-        report = self._run(self.sequence, candidate, current, reset, "")
+        report = self._run(self.sequence, candidate, current, reset, "", progress)
         if report.accepted:
             changes = report.changes or candidate.changes
             self.coverage = remap_coverage(self.coverage, changes)
@@ -278,6 +287,7 @@ class Verifier:
         current: Observation,
         reset: Reset | None,
         passed: str,
+        progress: Callable[[str], None] | None = None,
     ) -> VerifyReport:
         start = time.perf_counter()
         try:
@@ -285,7 +295,7 @@ class Verifier:
                 report = VerifyReport(False, reason, failed_stage="policy")
             else:
                 self._graph()  # read the sources now, before any of the candidate's code has run
-                attempt = Attempt(self, candidate, current, reset)
+                attempt = Attempt(self, candidate, current, reset, progress=progress)
                 broken, attempt = run_sequence(steps, attempt)
                 report = broken or attempt.report(
                     True, passed or f"remaining error {attempt.before} -> {attempt.remaining}"

@@ -45,7 +45,6 @@ class PytestValidator:
         coverage: bool = False,
         exitfirst: bool = False,
         failed_first: Sequence[str] = (),
-        front: Sequence[str] = (),
         words: Sequence[str] = (),
         stop_on_pass: bool = False,
         guard: Collection[str] = (),
@@ -54,12 +53,11 @@ class PytestValidator:
         except after an early stop: with `exitfirst` at the first failing test, with `stop_on_pass`
         at the first that passes (is any of these failing tests fixed?), with `guard` at the first
         failure of one of those tests (a regression: the verdict is known). The tests in
-        `failed_first`, then those under `front`, then those named after one of the `words`, run
-        before the others."""
+        `failed_first`, then those named after one of the `words`, run before the others."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
-            env = self._run_env(Path(tmp.path), project, scope, coverage, failed_first, front, words)
+            env = self._run_env(Path(tmp.path), project, scope, coverage, failed_first, words)
             if stop_on_pass:
                 env["RALPH_STOP_ON_PASS"] = "1"
             if guard:
@@ -120,7 +118,6 @@ class PytestValidator:
         scope: Scope,
         coverage: bool,
         failed_first: Sequence[str],
-        front: Sequence[str],
         words: Sequence[str],
     ) -> dict[str, str]:
         """The settings our report plugin reads: where to write the report and coverage, limits, order."""
@@ -131,10 +128,8 @@ class PytestValidator:
         }
         if coverage:
             env["RALPH_COVERAGE"] = str(tmp / "coverage.json")
-        if failed_first or front or words:
-            order = {"tests": list(failed_first), "front": list(front), "words": list(words)}
-            (tmp / "first.json").write_text(json.dumps(order))
-            env["RALPH_FIRST"] = str(tmp / "first.json")
+        if failed_first or words:
+            env["RALPH_FIRST"] = json.dumps({"tests": list(failed_first), "words": list(words)})
         return env
 
     def _run(self, args: list[str], scope: Scope, env: dict[str, str], exitfirst: bool) -> ProcessResult:

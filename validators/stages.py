@@ -39,6 +39,7 @@ class Attempt:
     candidate: Candidate
     current: Observation  # the accepted state it is judged against
     reset: Reset | None = None  # puts the workspace back to the accepted state plus given changes
+    progress: Callable[[str], None] | None = None  # hears each step's stages as they start
     merged: Observation = field(init=False)
     stages: list[StageResult] = field(default_factory=list)
     amended: bool = False  # the candidate was changed by ruff's safe fixes
@@ -177,6 +178,10 @@ def run_sequence(steps: Sequence[Step], attempt: Attempt) -> tuple[VerifyReport 
     for step in steps:
         if step.before is not None:
             step.before(attempt)
+        if attempt.progress is not None:
+            names = [s.name for s in step.stages if s.wanted(attempt)]
+            if names:
+                attempt.progress(" + ".join(dict.fromkeys(names)))
         broken = run_step(step, attempt)
         if broken is not None and step.repair is not None and (repaired := step.repair(attempt)):
             attempt, broken = repaired, None
@@ -343,10 +348,10 @@ class SelectedTestsStage:
 @dataclass
 class GateStage:
     """The whole suite, in a fresh process, on the workspace put back to exactly the accepted state
-    plus the candidate: the last word, so a test-selection miss is never accepted. The tests that can
-    see the change run first, and the run stops at the first test that passed in the accepted state
-    and fails now (a regression: the candidate is rejected whatever the rest does). A test of the
-    state that a complete run no longer reports fails (a failing target that vanished is not fixed)."""
+    plus the candidate: the last word, so a test-selection miss is never accepted. The run stops at
+    the first test that passed in the accepted state and fails now (a regression: the candidate is
+    rejected whatever the rest does). A test of the state that a complete run no longer reports
+    fails (a failing target that vanished is not fixed)."""
 
     validator: PytestValidator
     verifier: Verifier
@@ -356,13 +361,10 @@ class GateStage:
         return True
 
     def run(self, attempt: Attempt) -> StageResult:
-        selection = attempt.selection
+        # In pytest's own order, as the baseline ran: reordering exposes tests that depend on their
+        # order (seen on six: a lazy-module test failed once run earlier), a false regression.
         suite = self.validator.check(
-            Scope(timeout_s=self.verifier.gate_timeout_s),
-            failed_first=self.verifier.recent_failures.first(self.verifier.durations),
-            front=["."] if selection.everything else selection.tests,
-            words=selection.words,
-            guard=attempt.current.passing_tests(),
+            Scope(timeout_s=self.verifier.gate_timeout_s), guard=attempt.current.passing_tests()
         )
         if suite.error is None and not suite.stopped_early:
             reported = {t.nodeid for t in suite.tests}

@@ -252,7 +252,6 @@ def _measure_accept(
             Candidate("bench", "undo the mutant", (original,)), broken, workspace.restore
         )
         workspace.rollback([original])
-        verifier.restored(workspace.take_foreign())
         result.accept_ms, result.accepted, result.accept_reason = (
             report.duration_ms,
             report.accepted,
@@ -262,6 +261,7 @@ def _measure_accept(
     finally:
         workspace.apply([original])
         workspace.capture()
+        verifier.restored(workspace.take_foreign())  # as the loop does once the state is put back
 
 
 def bench_verify(

@@ -125,8 +125,10 @@ class Verification(Protocol):
         candidate: Candidate,
         current: Observation,
         reset: Callable[[Sequence[FileChange]], object] | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> VerifyReport:
-        """Judge a candidate already applied to the workspace against the `current` state."""
+        """Judge a candidate already applied to the workspace against the `current` state;
+        `progress` hears the name of each step as it starts."""
         ...
 
     def restored(self, foreign: bool) -> None:

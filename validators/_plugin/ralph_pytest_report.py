@@ -39,7 +39,6 @@ _failed_seen = 0  # failing reports pytest gave us, counted apart from what `_wr
 # failing tests fixed?), or at the first failure of a test in $RALPH_GUARD (a JSON list file of the
 # tests that pass in the accepted state: that failure is a regression, the verdict is known).
 _guard: frozenset[str] = frozenset()
-_first: dict = {}  # $RALPH_FIRST, a JSON file: which tests to run first (see modifyitems)
 _session = None
 _stopped: str | None = None
 
@@ -55,13 +54,10 @@ def arm() -> None:
         if value is not None:
             _settings[name] = value
     _report_file = open(_settings["RALPH_REPORT"], "a", encoding="utf-8")  # noqa: SIM115
-    global _guard, _first
+    global _guard
     if _settings.get("RALPH_GUARD"):  # read now, before any of the project's code has run
         with open(_settings["RALPH_GUARD"], encoding="utf-8") as f:
             _guard = frozenset(json.load(f))
-    if _settings.get("RALPH_FIRST"):
-        with open(_settings["RALPH_FIRST"], encoding="utf-8") as f:
-            _first = json.load(f)
 
 
 def _setting(name: str) -> str:
@@ -189,29 +185,27 @@ def pytest_collectreport(report) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """With $RALPH_FIRST ({"tests": [node ids], "front": [node ids, files, directories], "words":
-    [...]}): tests that failed lately first, then the tests under `front` (those that can see the
-    change), then those asked for by node id, each group ordered by the rarest of the words its name
+    """With $RALPH_FIRST ({"tests": [node ids], "words": [...]}): tests that failed lately first,
+    then those asked for by node id, each group ordered by the rarest of the words its name
     contains; the rest keep pytest's order. A broken candidate then fails on its first test or so,
-    and a fail-fast run stops there instead of after the whole module."""
-    first = _first if isinstance(_first, dict) else {}
-    failed = set(first.get("tests", []))
-    front = tuple(first.get("front", []))  # node ids, files or directories: the tests that can see the change
-    words = [w.lower() for w in first.get("words", [])]
-    if not failed and not words and not front:
+    and -x stops the run there instead of after the whole module."""
+    try:
+        first = json.loads(_setting("RALPH_FIRST") or "{}")
+    except ValueError:
         return
-    under = tuple(f"{p}{sep}" for p in front for sep in ("::", "[", "/")) if "." not in front else ("",)
-    exact = set(front)
+    failed = set(first.get("tests", []))
+    words = [w.lower() for w in first.get("words", [])]
+    if not failed and not words:
+        return
     explicit = set(config.args)
     names = {id(item): item.nodeid.partition("::")[2].lower() for item in items}
     count = {w: sum(w in name for name in names.values()) for w in words}
     unmatched = len(items) + 1  # (a list being sorted reads as empty)
 
-    def rank(item) -> tuple[bool, bool, bool, int]:
+    def rank(item) -> tuple[bool, bool, int]:
         name = names[id(item)]
         rarest = min((count[w] for w in words if w in name), default=unmatched)
-        seen = item.nodeid in exact or item.nodeid.startswith(under)
-        return item.nodeid not in failed, not seen, item.nodeid not in explicit, rarest
+        return item.nodeid not in failed, item.nodeid not in explicit, rarest
 
     items.sort(key=rank)
 

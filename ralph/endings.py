@@ -1,0 +1,66 @@
+"""What a run that stopped short of the goal says: what still fails, and why when that is knowable
+(pure functions of the run's result)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from ralph.domain.protocols import IterationSummary
+from ralph.domain.score import Observation, Score
+
+_MISSING = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+_OFFLINE = ("mutation", "replay")
+
+
+def still_failing(score: Score, shown: int = 5) -> str | None:
+    """One line: the targets, regressions, checks, diagnostics and syntax errors that remain."""
+    items = [
+        *score.failing_targets,
+        *(f"{t} (regressed)" for t in score.regressions),
+        *(f"check {c}" for c in score.failing_checks),
+        *score.new_diagnostics,
+        *(f"syntax {p}" for p in score.syntax_errors),
+    ]
+    if not items:
+        return None
+    more = f" (+{len(items) - shown} more)" if len(items) > shown else ""
+    return "still failing: " + ", ".join(items[:shown]) + more
+
+
+def missing_modules(state: Observation, project: Path) -> list[str]:
+    """Modules the failing tests cannot import that are not the project's own: an environment
+    problem (a package not installed for that interpreter), not a bug to edit."""
+    found: dict[str, None] = {}
+    for nodeid in state.failing_tests():
+        for name in _MISSING.findall(state.tests[nodeid].message):
+            top = name.split(".")[0]
+            if not (project / top).exists() and not (project / f"{top}.py").exists():
+                found[top] = None
+    return list(found)
+
+
+def why(
+    outcome: str,
+    state: Observation | None,
+    project: Path | None,
+    python: str | None,
+    history: Sequence[IterationSummary],
+) -> list[str]:
+    """Why the run stopped short, when it can be told: modules missing from the environment, or an
+    offline drafter with nothing left to try (then a model may do better)."""
+    lines = []
+    if state is not None and project is not None and (missing := missing_modules(state, project)):
+        where = f" for {python}" if python else ""
+        lines.append(
+            f"the tests cannot import {', '.join(missing)}: install it{where}, or pass --python with the "
+            "interpreter that has it (this is the environment, not a bug ralph can edit)"
+        )
+    drafters = {h.drafter for h in history}
+    if outcome == "stalled" and drafters and all(d.startswith(_OFFLINE) for d in drafters):
+        lines.append(
+            "the offline drafter has nothing new to try: give a model with --drafter PROVIDER/MODEL "
+            "or --deep PROVIDER/MODEL (see the README's Drafters)"
+        )
+    return lines

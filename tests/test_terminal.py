@@ -1,0 +1,126 @@
+"""What a user sees, through the real `ralph` entry point: endings that say why and what next, the
+live line, `ralph clean`, `ralph doctor`, `ralph report --compare/--plot`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ralph.config import RunConfig
+from ralph.session import fix
+from tests.conftest import BUGGY_WINDOWS, git, run_ralph
+
+MISSING_MODULE = {
+    "calc.py": "def add(a, b):\n    return a + b\n",
+    "tests/test_calc.py": "import nosuchpkg_for_ralph\n\nfrom calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+}
+
+# A bug the offline drafter's templates cannot fix: the right answer is nowhere near a single token.
+UNFIXABLE = {
+    "calc.py": "def add(a, b):\n    return 7\n",
+    "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+}
+
+
+def test_a_missing_module_is_called_an_environment_problem(make_repo):
+    repo = make_repo(MISSING_MODULE)
+    proc = run_ralph("fix", str(repo), "--max-iterations", "2")
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout
+    assert "still failing: tests/test_calc.py" in out
+    assert "cannot import nosuchpkg_for_ralph" in out and "--python" in out
+
+
+def test_a_stalled_offline_run_suggests_a_model_and_counts_the_baseline_in_its_time(make_repo):
+    repo = make_repo(UNFIXABLE)
+    proc = run_ralph("fix", str(repo), "--max-iterations", "30")
+    assert proc.returncode == 1, proc.stderr
+    assert "still failing: tests/test_calc.py::test_add" in proc.stdout
+    assert "--drafter PROVIDER/MODEL" in proc.stdout
+    data = json.loads(run_ralph("fix", str(repo), "--max-iterations", "1", "--json").stdout)
+    assert 0 < data["baseline_s"] <= data["wall_s"]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def iteration(self, record) -> None:
+        pass
+
+    def notice(self, text: str) -> None:
+        pass
+
+    def progress(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_the_live_line_says_which_candidate_of_how_many_the_time_and_the_step(make_repo):
+    view = Recorder()
+    outcome = fix(make_repo(BUGGY_WINDOWS), RunConfig(candidates=4), view=view)
+    assert outcome.result.outcome == "goal"
+    first = view.lines[0]
+    assert first.startswith("#1 mutation 1/") and "s · " in first
+    assert any(line.endswith(" · gate") for line in view.lines)
+    assert any(line.endswith("tests + mypy") or line.endswith(" · tests") for line in view.lines)
+
+
+def test_ralph_clean_deletes_merged_branches_and_keeps_unmerged_ones(make_repo):
+    repo = make_repo({"a.py": "x = 1\n"})
+    git(repo, "branch", "ralph/merged")
+    git(repo, "checkout", "-q", "-b", "ralph/unmerged")
+    (repo / "a.py").write_text("x = 2\n")
+    git(repo, "commit", "-qam", "work")
+    git(repo, "checkout", "-q", "main")
+    proc = run_ralph("clean", str(repo))
+    assert proc.returncode == 0, proc.stderr
+    assert "deleted ralph/merged (merged)" in proc.stdout and "kept ralph/unmerged" in proc.stdout
+    assert git(repo, "branch", "--list", "ralph/*").split() == ["ralph/unmerged"]
+    assert (
+        "would delete ralph/unmerged"
+        in run_ralph("clean", str(repo), "--older-than", "0", "--force", "--dry-run").stdout
+    )
+    run_ralph("clean", str(repo), "--older-than", "0", "--force")
+    assert git(repo, "branch", "--list", "ralph/*").strip() == ""
+
+
+def test_ralph_doctor_is_a_readable_table_and_says_what_auto_is(tmp_path):
+    proc = run_ralph("doctor", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "{" not in proc.stdout  # no raw dicts or JSON in a cell
+    assert "drafter_resolves_to" in proc.stdout and "mutation" in proc.stdout
+    assert "problem:" in proc.stdout or "no problems found" in proc.stdout
+    data = json.loads(run_ralph("doctor", str(tmp_path), "--json").stdout)
+    assert data["drafter_resolves_to"] == "mutation" and isinstance(data["problems"], list)
+
+
+def test_report_compare_with_one_drafter_says_so_and_plot_says_where(make_repo, tmp_path):
+    pytest.importorskip("matplotlib")
+    outcome = fix(make_repo(BUGGY_WINDOWS), RunConfig(), view=Recorder())
+    png = tmp_path / "plot.png"
+    proc = run_ralph("report", str(outcome.trace), "--compare", "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to compare: every run used the same drafters (mutation)" in proc.stdout
+    assert f"plot written to {png}" in proc.stdout.replace("\n", "")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_command_help_shows_its_defaults():
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    for command in (["fix"], ["ci"], ["report"], ["bench", "verify"], ["clean"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "ralph", *command, "--help"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        ).stdout
+        assert "<bool>" not in out, command
+    fix_help = subprocess.run(
+        [sys.executable, "-m", "ralph", "fix", "--help"], capture_output=True, text=True, env=env
+    ).stdout
+    assert "default" in fix_help.lower()
