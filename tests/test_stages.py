@@ -178,3 +178,7 @@ def test_a_failing_test_is_skipped_only_when_its_coverage_vouches_for_it() -> No
         "t.py::new",
     ]
     assert can_see(failing, Selection(everything=True), coverage) == failing
+    # Module-level or import-time code: its tests came from imports, which a lazy import escapes.
+    assert can_see(failing, Selection(tests=["t.py::sees"], by_imports=True), coverage) == failing
+    # A failure whose traceback runs through a changed file sees the change, whatever coverage says.
+    assert "t.py::elsewhere" in can_see(failing, selection, coverage, seen={"t.py::elsewhere"})

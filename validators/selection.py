@@ -57,6 +57,10 @@ class Selection:
     tests: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     everything: bool = False  # the change can affect anything: run the whole suite
+    # Some of the change is beyond what coverage vouches for (module-level or import-time code, code
+    # no test ran, a new file, test code): its tests came from the import graph, which a lazy import
+    # escapes. Then no failing test counts as unaffected.
+    by_imports: bool = False
     # Names from the changed lines and their functions: tests named after them run first, so a
     # fail-fast run of a broken candidate stops after one test, not after the whole module.
     words: list[str] = field(default_factory=list)
@@ -305,6 +309,7 @@ def select_tests(
                 selection.reasons.append(f"{path}:{line}: {why}")
             else:
                 selection.reasons.append(f"{path}:{line}: {len(runners)} tests executed the function")
+    selection.by_imports = bool(fallback)
     for path in sorted(fallback):
         for dependent in sorted(graph.dependents(path)):
             if PurePosixPath(dependent).name == "conftest.py":

@@ -262,9 +262,11 @@ class TypesStage:
 
 @dataclass
 class FailingTestsStage:
-    """The tests failing in the accepted state that can see the change, until one passes: can it
+    """The failing tests of the accepted state that can see the change, until one passes: can it
     improve anything at all? A failing test that never entered the changed function bodies at the
-    baseline would run exactly as before up to its failure, so it is not run here (the gate runs it)."""
+    baseline runs exactly as before up to its failure (tests are assumed not to depend on what
+    other tests left in their process), so it is not run here; the gate runs it. Changes beyond
+    function bodies keep every failing test (see `can_see`)."""
 
     validator: PytestValidator
     verifier: Verifier
@@ -275,19 +277,17 @@ class FailingTestsStage:
 
     def run(self, attempt: Attempt) -> StageResult:
         failing = attempt.current.failing_tests()
-        affected = can_see(failing, attempt.selection, self.verifier.coverage, self.verifier.accepted_paths)
+        # A failure whose traceback passes through a changed file can see the change too.
+        through = {t for t in failing if any(f[0] in attempt.paths for f in attempt.current.tests[t].frames)}
+        affected = can_see(
+            failing, attempt.selection, self.verifier.coverage, self.verifier.accepted_paths, through
+        )
         unaffected = len(failing) - len(affected)
         if not affected:
+            detail = f"none of the {len(failing)} failing tests can see the change"
             return StageResult(
-                self.name,
-                ok=True,
-                duration_ms=0.0,
-                skipped=True,
-                detail=f"none of the {len(failing)} failing tests can see the change",
-                unaffected=unaffected,
+                self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail, unaffected=unaffected
             )
-        # One fixed test shows the candidate improves: then the fresh run of the selected tests,
-        # which holds every failing test that can see the change, gives each its verdict once.
         scope = Scope(tests=tuple(affected), timeout_s=self.verifier.quick_timeout_s)
         result = self.validator.check(scope, stop_on_pass=True)
         result.unaffected = unaffected
@@ -299,17 +299,23 @@ class FailingTestsStage:
 
 
 def can_see(
-    tests: Sequence[str], selection: Selection, coverage: CoverageMap, accepted: Collection[str] = ()
+    tests: Sequence[str],
+    selection: Selection,
+    coverage: CoverageMap,
+    accepted: Collection[str] = (),
+    seen: Collection[str] = (),
 ) -> list[str]:
-    """The `tests` the selection covers (all of them when the change can affect anything), and those
-    whose coverage cannot vouch for it: a test with none, or one that ran a file an accepted edit
-    changed since the coverage was measured (its path may be another by now)."""
-    if selection.everything or "." in selection.tests:
+    """The `tests` the selection covers (all of them when the change can affect anything, or reaches
+    beyond function bodies coverage vouches for), those in
+    `seen`, and those whose coverage cannot vouch for it: a test with none, or one that ran a file an
+    accepted edit changed since the coverage was measured (its path may be another by now)."""
+    if selection.everything or selection.by_imports or "." in selection.tests:
         return list(tests)
     return [
         t
         for t in tests
-        if any(is_under(t, s) for s in selection.tests)
+        if t in seen
+        or any(is_under(t, s) for s in selection.tests)
         or t not in coverage
         or any(path in accepted for path in coverage[t])
     ]
