@@ -96,26 +96,31 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
         repo = _prepare(task, root)
         outcome = fix(repo, RunConfig(**config), view=QuietView(notices=False), trace_path=trace)
         python = next((r.get("python") for r in read_trace(trace) if r["type"] == "run_start"), None)
+        naive_s = _naive_run_s(repo, python, limit_s=max(5.0, 2 * outcome.baseline_s))
         return {
             "task": task.name,
             "outcome": outcome.result.outcome,
             "trace": str(trace),
-            "naive_run_s": _naive_run_s(repo, python),
+            "naive_run_s": naive_s,
         }
     except RalphError as exc:
         return {"task": task.name, "outcome": "error", "error": str(exc), "trace": str(trace)}
 
 
-def _naive_run_s(repo: Path, python: str | None) -> float | None:
+def _naive_run_s(repo: Path, python: str | None, limit_s: float) -> float | None:
     """What one naive full test run of the task's starting state takes: a fresh `pytest -q` (its
-    second run, caches warm, as a user's are). The naive loop pays it once per candidate verified."""
+    second run, caches warm, as a user's are). The naive loop pays it once per candidate verified.
+    A suite that hangs (a buggy loop: pytest has no per-test limit) counts as `limit_s`."""
     if python is None:
         return None
     argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    took = None
+    took = limit_s
     for _ in range(2):
         start = time.perf_counter()
-        subprocess.run(argv, cwd=repo, capture_output=True, check=False, timeout=600)
+        try:
+            subprocess.run(argv, cwd=repo, capture_output=True, check=False, timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            return limit_s
         took = time.perf_counter() - start
     return took
 
