@@ -541,22 +541,22 @@ def version() -> None:
     print(dist_version("ralph-loop"))
 
 
-class _Command(TyperCommand):
-    """A command whose --help shows no stray `<bool>` metavar (the help option is made by click)."""
+class _NoHelpMetavar:
+    """--help without a stray `<bool>` metavar (the help option is made by click, not by us)."""
 
     def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
+        option = super().get_help_option(ctx)  # type: ignore[misc]
         if option is not None:
             option.metavar = ""
         return option
 
 
-class _Group(TyperGroup):
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
+class _Command(_NoHelpMetavar, TyperCommand):
+    pass
+
+
+class _Group(_NoHelpMetavar, TyperGroup):
+    pass
 
 
 for _typer in (app, bench):

@@ -232,14 +232,8 @@ class LintStage(StartedStage):
     validator: RuffValidator
     name: str = "ruff"
 
-    def wanted(self, attempt: Attempt) -> bool:
-        return True
-
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         return self.validator.start(Scope(paths=attempt.paths))
-
-    def run(self, attempt: Attempt) -> StageResult:
-        return self.start(attempt)()
 
 
 @dataclass
