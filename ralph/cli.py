@@ -64,6 +64,22 @@ branch), 2 bad input, 130 interrupted (the summary says how to resume).
 """
 
 
+_NoSandbox = Annotated[
+    bool,
+    typer.Option(
+        "--no-sandbox", metavar="", help="Run candidate code without bubblewrap (rlimits, timeouts only)."
+    ),
+]
+_BackgroundGate = Annotated[
+    bool | None,
+    typer.Option(
+        "--background-gate/--no-background-gate",
+        metavar="",
+        help="Run the full-suite gate beside the loop (default: on with 2+ cores).",
+    ),
+]
+
+
 @app.command(help=_FIX_HELP)
 def fix(
     path: Annotated[Path, typer.Argument(help="The project to fix (inside a git repository).")] = Path("."),
@@ -114,12 +130,8 @@ def fix(
     resume: Annotated[
         str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
     ] = None,
-    no_sandbox: Annotated[
-        bool,
-        typer.Option(
-            "--no-sandbox", metavar="", help="Run candidate code without bubblewrap (rlimits, timeouts only)."
-        ),
-    ] = False,
+    no_sandbox: _NoSandbox = False,
+    background_gate: _BackgroundGate = None,
 ) -> None:
     """`ralph fix`; its help is `_FIX_HELP` (the options alone fill a screen)."""
     overrides = _fix_overrides(locals())
@@ -144,6 +156,7 @@ def _fix_overrides(options: dict[str, Any]) -> dict[str, Any]:
         "allow_test_edits": options["allow_test_edits"],
         "include_untracked": options["include_untracked"],
         "sandbox": False if options["no_sandbox"] else None,
+        "background_gate": options["background_gate"],
     }
 
 

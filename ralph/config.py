@@ -72,6 +72,20 @@ class RunConfig(BaseModel):
     """One test's time limit: past it the test fails ("per-test limit") and the run goes on."""
     sandbox: bool = True
     """Run candidate code in bubblewrap; False (--no-sandbox, RALPH_NO_SANDBOX=1) runs it unisolated."""
+    background_gate: bool | None = None
+    """Gate accepted states (the whole suite, every check) beside the loop; None: where 2+ cores are."""
+
+    @property
+    def gates_in_background(self) -> bool:
+        return self.background_gate if self.background_gate is not None else usable_cores() >= 2
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def load_config(project: Path, overrides: dict[str, Any]) -> RunConfig:

@@ -10,13 +10,14 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
-from ralph.domain.candidate import Candidate
+from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.errors import UnsafePath
-from ralph.domain.events import CandidateRecord, IterationRecord
+from ralph.domain.events import CandidateRecord, GateRecord, IterationRecord
 from ralph.domain.protocols import (
     Branch,
     DraftContext,
     Drafter,
+    Gate,
     IterationSummary,
     RouteDecision,
     Router,
@@ -26,7 +27,7 @@ from ralph.domain.protocols import (
     Workspace,
 )
 from ralph.domain.score import Observation, Score
-from ralph.domain.verdict import VerifyReport
+from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Loop:
     view: View
     budget: Budget
     protected: tuple[str, ...]
+    gate: Gate | None = None  # runs the full gate beside the loop; None: it is part of `verify`
+    states: States = field(init=False)
 
     def run(
         self, state: Observation, done: tuple[int, float] = (0, 0.0), rejected: frozenset[str] = frozenset()
@@ -79,8 +82,16 @@ class Loop:
             "goal", done[0], cost_usd=done[1], remaining=remaining, remaining_at_start=remaining
         )
         memory = Memory(rejected=set(rejected))
+        self.states = States(gated=state)
         try:
-            while result.remaining > 0:
+            while True:
+                # What the background gate decided so far. All of it at zero remaining error (the
+                # goal is a state whose gate passed), and when a provisional state's error is not
+                # known (tests its targeted stage left unrun): no candidate is judged against it.
+                wait = result.remaining <= 0 or self.states.unconfirmed
+                state = self._settle(state, result, memory, start, wait=wait)
+                if result.remaining <= 0 and not self.states.provisional:
+                    break
                 if stop := self._out_of_budget(result, time.monotonic() - start):
                     result.outcome = stop
                     break
@@ -89,8 +100,10 @@ class Loop:
                     result.outcome = "stalled"
                     break
                 state = self._iteration(decision, state, result, memory, start)
+            state = self._last_gates(state, result, memory, start)
         except KeyboardInterrupt:
             result.outcome = "interrupted"
+            state = self._last_gates(state, result, memory, start)
         result.wall_s = time.monotonic() - start
         result.final, result.state = self.verifier.score(state), state
         return result
@@ -103,7 +116,7 @@ class Loop:
         t0 = time.perf_counter()
         before, draft_ms, commit = result.remaining, 0.0, None
         verdicts: list[CandidateRecord] = []
-        context = self._context(state, result.accepted, memory)
+        context = self._context(state, memory)
         drafts = self._drafts(decision.drafter, context, decision.n, memory)
         for k, (candidate, waited_ms) in enumerate(drafts):  # draft
             draft_ms += waited_ms
@@ -115,10 +128,7 @@ class Loop:
             report = self._verify(candidate, state, live)  # verify
             verdicts.append(_candidate_record(candidate, report))
             if report.accepted and report.observation is not None and report.score is not None:  # decide
-                message = _commit_message(candidate, self.verifier.score(state), report)
-                commit = self.branch.prepare(
-                    report.changes or candidate.changes, message, self.workspace.encode
-                )
+                commit = self._accept(candidate, report, state, result.iterations + 1)
                 state, result.remaining = report.observation, report.score.remaining
                 result.accepted += 1
                 break
@@ -130,12 +140,134 @@ class Loop:
         record = self._record(
             result, decision, before, verdicts, times, memory.drafted, commit, spent
         )  # trace
+        if (
+            commit is None
+            and self.states.provisional
+            and self.states.provisional[-1].iteration == record["i"]
+        ):
+            record["state"] = self.states.current
         self.trace.write("iteration", **record)  # first the trace, then the branch
         if commit is not None:
             self.branch.advance(commit)
         self.view.iteration(record)
         result.history.append(_summary(record))
         return state
+
+    def _accept(self, candidate: Candidate, report: VerifyReport, state: Observation, i: int) -> str | None:
+        """The accepted candidate's commit, prepared; or, when its gate runs in the background, None:
+        the state is provisional, its gate submitted, and the commit waits for the gate to pass."""
+        message = _commit_message(candidate, self.verifier.score(state), report)
+        changes = tuple(report.changes or candidate.changes)
+        if report.gated or self.gate is None:
+            self.states.current = self.states.new_id()
+            return self.branch.prepare(changes, message, self.workspace.encode)
+        unconfirmed = any(s.stage == "tests" and s.stopped_early for s in report.stages)
+        entry = Provisional(
+            self.states.new_id(), self.states.current, i, candidate, changes, message, unconfirmed
+        )
+        self.states.provisional.append(entry)
+        self.states.current = entry.state
+        stages = tuple(report.stages)
+        self.gate.submit(GateJob(entry.state, entry.parent, candidate, changes, stages))
+        return None
+
+    def _settle(
+        self,
+        state: Observation,
+        result: RunResult,
+        memory: Memory,
+        start: float,
+        wait: bool = False,
+        bounded: bool = True,
+    ) -> Observation:
+        """Take in the background gate's verdicts (with `wait`, all of them, within the time budget):
+        a state that passed is committed; one that did not is undone with every state built on it,
+        and the loop goes on from the last gated state. Returns the state the loop stands on."""
+        if self.gate is None or not self.states.provisional:
+            return state
+        left = None
+        if wait and bounded and self.budget.max_seconds is not None:
+            left = max(0.0, self.budget.max_seconds - (time.monotonic() - start))
+        for outcome in self.gate.finished(wait, left):
+            state = self._gated(outcome, state, result, memory, start)
+        return state
+
+    def _gated(
+        self, outcome: GateOutcome, state: Observation, result: RunResult, memory: Memory, start: float
+    ) -> Observation:
+        states = self.states
+        entry = next((s for s in states.provisional if s.state == outcome.state), None)
+        if entry is None:  # already undone with the state it was built on
+            return state
+        report = outcome.report
+        at = states.provisional.index(entry)
+        if outcome.verdict == "passed" and report is not None and report.observation is not None:
+            del states.provisional[at]
+            states.gated, states.gated_id = report.observation, entry.state
+            if not states.provisional:  # the loop stands on it: what the whole suite saw of it
+                state, result.remaining = (
+                    report.observation,
+                    self.verifier.score(report.observation).remaining,
+                )
+            commit = self.branch.prepare(entry.changes, entry.message, self.workspace.encode)
+            self._gate_record(outcome, entry, result, start, commit, [])
+            self.branch.advance(commit)
+            return state
+        undone = states.provisional[at:]
+        del states.provisional[at:]
+        changes = [c for s in undone for c in s.changes]
+        self.workspace.revert_accepted(changes)
+        self.verifier.reverted(changes)
+        self.verifier.restored(self.workspace.take_foreign())
+        states.current = states.gated_id
+        result.accepted -= len(undone)
+        if outcome.verdict == "rejected" and report is not None:
+            memory.reject(entry.candidate, report)  # never verified again
+        state, result.remaining = states.gated, self.verifier.score(states.gated).remaining
+        self._gate_record(outcome, entry, result, start, self.branch.tip, [s.state for s in undone[1:]])
+        if outcome.verdict == "rejected":
+            self.view.notice(
+                f"iteration {entry.iteration}'s edit failed its background gate and is undone"
+                + (f" with {len(undone) - 1} built on it" if len(undone) > 1 else "")
+                + f": {report.reason if report else outcome.verdict}"
+            )
+        return state
+
+    def _gate_record(
+        self,
+        outcome: GateOutcome,
+        entry: Provisional,
+        result: RunResult,
+        start: float,
+        commit: str | None,
+        discarded: list[int],
+    ) -> None:
+        report = outcome.report
+        record: GateRecord = {
+            "state": entry.state,
+            "iteration": entry.iteration,
+            "fingerprint": entry.candidate.fingerprint,
+            "verdict": outcome.verdict,
+            "reason": report.reason if report is not None else outcome.verdict,
+            "failed_stage": report.failed_stage if report is not None else None,
+            "duration_ms": round(outcome.duration_ms, 1),
+            "remaining": result.remaining,
+            "elapsed_s": round(time.monotonic() - start, 3),
+            "tests_run": report.tests_run if report is not None else 0,
+            "stages": [s.to_json() for s in report.stages] if report is not None else [],
+            "discarded": discarded,
+            "commit": commit,
+        }
+        self.trace.write("gate", **record)
+
+    def _last_gates(self, state: Observation, result: RunResult, memory: Memory, start: float) -> Observation:
+        """At the end: every gate still running is waited for, or, out of time or interrupted,
+        cancelled (the branch stays at the last gated state)."""
+        if self.gate is None or not self.states.provisional:
+            return state
+        if result.outcome in ("max_seconds", "interrupted"):
+            self.gate.cancel()  # (what it ran is killed: waiting for it takes no time)
+        return self._settle(state, result, memory, start, wait=True, bounded=False)
 
     def _live(self, head: str, start: float, candidate: Candidate) -> Callable[[str], None]:
         """The live line while `candidate` is verified: which one of how many, the run's time, the step."""
@@ -208,11 +340,11 @@ class Loop:
             return "max_cost"
         return None
 
-    def _context(self, state: Observation, state_id: int, memory: Memory) -> DraftContext:
+    def _context(self, state: Observation, memory: Memory) -> DraftContext:
         return DraftContext(
             task=self.task,
             project=self.workspace.accepted_project,
-            state_id=state_id,
+            state_id=self.states.current,
             **vars(self.verifier.evidence(state)),
             rejected=frozenset(memory.rejected),
             attempts=tuple(memory.attempts),
@@ -248,6 +380,39 @@ class Loop:
                 self.workspace.rollback(candidate.changes)
             self.verifier.restored(self.workspace.take_foreign())
         return report
+
+
+@dataclass(frozen=True)
+class Provisional:
+    """A state accepted on its targeted stages, waiting for its background gate."""
+
+    state: int
+    parent: int
+    iteration: int
+    candidate: Candidate
+    changes: tuple[FileChange, ...]
+    message: str  # its commit's, once the gate passes
+    unconfirmed: bool = False  # its targeted stage left failing tests unrun: its error is not known
+
+
+@dataclass
+class States:
+    """Which state the loop stands on (by id: 0 is the start, each accept makes a new one), the last
+    whose gate passed, and the provisional ones between them, oldest first."""
+
+    gated: Observation
+    gated_id: int = 0
+    current: int = 0
+    provisional: list[Provisional] = field(default_factory=list)
+    _ids: int = 0
+
+    def new_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    @property
+    def unconfirmed(self) -> bool:
+        return any(s.unconfirmed for s in self.provisional)
 
 
 @dataclass

@@ -39,14 +39,55 @@ class RunStats:
     verify_s: float
     overhead_s: float
     baseline_s: float = 0.0  # verifying the starting state (part of wall_s since run_end records it)
+    gate_s: float = 0.0  # background gates: beside the loop, so not part of the other shares
 
     @property
     def fractions(self) -> dict[str, float]:
-        """Drafting, verification (the baseline's included) and everything else, as shares of the
-        run's wall time."""
+        """Drafting, synchronous verification (the baseline's included) and everything else, as shares
+        of the run's wall time; and the background gates' time, which ran beside them."""
         total = max(self.wall_s, self.draft_s + self.verify_s + self.baseline_s + self.overhead_s, 1e-9)
         drafting, verifying = self.draft_s / total, (self.verify_s + self.baseline_s) / total
-        return {"draft": drafting, "verify": verifying, "overhead": max(0.0, 1 - drafting - verifying)}
+        return {
+            "draft": drafting,
+            "verify": verifying,
+            "overhead": max(0.0, 1 - drafting - verifying),
+            "gate": self.gate_s / total,
+        }
+
+
+def undone(records: Sequence[dict[str, Any]]) -> set[int]:
+    """The iterations whose accept a background gate undid (it failed, or the state was built on one
+    that failed, or the run stopped before it passed)."""
+    iteration_of = {r["state"]: r["i"] for r in records if r.get("type") == "iteration" and "state" in r}
+    gates = [r for r in records if r.get("type") == "gate"]
+    failed = {g["iteration"] for g in gates if g.get("verdict") != "passed"}
+    failed |= {iteration_of[s] for g in gates for s in g.get("discarded", []) if s in iteration_of}
+    passed = {g["iteration"] for g in gates if g.get("verdict") == "passed"}
+    return failed | {i for s, i in iteration_of.items() if i not in passed}
+
+
+def _improved(record: dict[str, Any], undone: set[int]) -> bool:
+    return (
+        record.get("remaining_after", 0) < record.get("remaining_before", 0) and record.get("i") not in undone
+    )
+
+
+def reached_zero_in_line(iteration: dict[str, Any]) -> bool:
+    """An iteration whose accept, gated in line, left no error (not one gated in the background, nor
+    one that found the error already gone)."""
+    after, before = iteration.get("remaining_after"), iteration.get("remaining_before", 1)
+    return after == 0 and before != 0 and "state" not in iteration
+
+
+def _green(records: Sequence[dict[str, Any]]) -> float | None:
+    """When the run first stood on a gated state with no error left (a background gate's pass, or an
+    iteration gated in line)."""
+    for r in records:
+        gated = r.get("type") == "gate" and r.get("verdict") == "passed" and r.get("remaining") == 0
+        if gated or (r.get("type") == "iteration" and reached_zero_in_line(r)):
+            elapsed = r.get("elapsed_s")
+            return float(elapsed) if elapsed is not None else None
+    return None
 
 
 @dataclass
@@ -119,7 +160,7 @@ def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
     ends = [r for r in records if r.get("type") == "run_end"]
     end: dict[str, Any] = next((r for r in reversed(last_segment) if r.get("type") == "run_end"), {})
     iterations = [r for r in records if r.get("type") == "iteration"]
-    green = next((r for r in iterations if r.get("remaining_after") == 0), None)
+    gone = undone(records)
     last_elapsed = iterations[-1].get("elapsed_s", 0.0) if iterations else 0.0
     drafters = list(dict.fromkeys([*start.get("drafters", {}), *(r.get("drafter", "?") for r in iterations)]))
     first = iterations[0].get("drafter") if iterations else None
@@ -133,13 +174,13 @@ def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
         drafters=drafters,
         outcome=str(end.get("outcome", "unfinished")),
         iterations=len(iterations),
-        accepted=sum(1 for r in iterations if r.get("remaining_after", 0) < r.get("remaining_before", 0)),
+        accepted=sum(1 for r in iterations if _improved(r, gone)),
         remaining_at_start=baseline.get(
             "remaining", iterations[0]["remaining_before"] if iterations else None
         ),
         remaining=end.get("remaining", iterations[-1]["remaining_after"] if iterations else None),
         wall_s=float(sum(float(e.get("wall_s") or 0.0) for e in ends) if end else last_elapsed),
-        time_to_green_s=green.get("elapsed_s") if green else None,
+        time_to_green_s=_green(records),
         escalations=escalations,
         cost_usd=float(end.get("cost_usd") or 0.0)
         if end
@@ -148,6 +189,7 @@ def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
         verify_s=sum(r.get("verify_ms", 0.0) for r in iterations) / 1000,
         overhead_s=sum(r.get("overhead_ms", 0.0) for r in iterations) / 1000,
         baseline_s=sum(float(e.get("baseline_s") or 0.0) for e in ends),
+        gate_s=sum(r.get("duration_ms", 0.0) for r in records if r.get("type") == "gate") / 1000,
     )
 
 
@@ -159,6 +201,7 @@ def drafter_stats(
     stats: dict[str, DrafterStats] = {}
     for records in runs:
         iterations = [r for r in records if r.get("type") == "iteration"]
+        gone = undone(records)
         run_key = "+".join(dict.fromkeys(r.get("drafter", "?") for r in iterations)) if group_by_run else None
         for r in iterations:
             if not r.get("candidates"):
@@ -166,6 +209,8 @@ def drafter_stats(
             key = run_key or r.get("drafter", "?")
             s = stats.setdefault(key, DrafterStats(key))
             before, after = int(r.get("remaining_before", 0)), int(r.get("remaining_after", 0))
+            if r.get("i") in gone:  # a background gate undid it: it removed nothing
+                after = before
             s.iterations += 1
             s.error_seen += before
             s.error_removed += max(0, before - after)
@@ -196,6 +241,7 @@ def iteration_rows(loaded: Sequence[tuple[Path, list[dict[str, Any]]]]) -> list[
     rows = []
     for path, records in loaded:
         run_id = run_stats(records, str(path)).run_id
+        gone = undone(records)
         for r in records:
             if r.get("type") != "iteration":
                 continue
@@ -206,7 +252,7 @@ def iteration_rows(loaded: Sequence[tuple[Path, list[dict[str, Any]]]]) -> list[
                     "drafter": r.get("drafter"),
                     "remaining_before": r.get("remaining_before"),
                     "remaining_after": r.get("remaining_after"),
-                    "accepted": r.get("remaining_after", 0) < r.get("remaining_before", 0),
+                    "accepted": _improved(r, gone),
                     "candidates": len(r.get("candidates", [])),
                     "draft_ms": r.get("draft_ms"),
                     "verify_ms": r.get("verify_ms"),

@@ -10,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ralph.branch import RalphBranch
 from ralph.config import RunConfig
@@ -35,6 +36,7 @@ from ralph.trace import TraceWriter, read_trace
 from router import create_router
 from sandboxes import hold_owner_lock, require_sandbox, select_sandbox, sweep_stale
 from sandboxes.workspace import Workspace
+from validators.background import BackgroundGate
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
 from validators.toolchain import Toolchain, find_python
@@ -137,13 +139,7 @@ def load_resume(path: Path, run_id: str) -> Resume:
             f"--resume {run_id}: that run finished ({outcome}); start a new run (ralph fix) instead"
         )
     iterations = [r for r in records if r["type"] == "iteration"]
-    rejected = frozenset(
-        c["fingerprint"]
-        for r in iterations
-        for c in r.get("candidates", [])
-        if c.get("verdict") == "rejected" and c.get("fingerprint")
-    )
-    tip = next((r["commit"] for r in reversed(iterations) if r.get("commit")), None)
+    rejected, tip = _rejected_and_tip(records)
     baseline = Observation()
     for stage in start["baseline"]["stages"]:
         baseline = baseline.overlay(StageResult.from_json(stage))
@@ -172,6 +168,29 @@ def load_resume(path: Path, run_id: str) -> Resume:
         baseline=baseline,
         rejected=rejected,
     )
+
+
+def _rejected_and_tip(records: list[dict[str, Any]]) -> tuple[frozenset[str], str | None]:
+    """What a run rejected (in line or by its background gate), and its branch's tip: the last commit
+    an iteration (gated in line) or a background gate wrote. The branch holds gated states only: those
+    whose gate had not passed when the run stopped are not on it, and are verified again."""
+    rejected = {
+        c["fingerprint"]
+        for r in records
+        if r["type"] == "iteration"
+        for c in r.get("candidates", [])
+        if c.get("verdict") == "rejected" and c.get("fingerprint")
+    }
+    rejected |= {
+        r["fingerprint"]
+        for r in records
+        if r["type"] == "gate" and r.get("verdict") == "rejected" and r.get("fingerprint")
+    }
+    tip = next(
+        (r["commit"] for r in reversed(records) if r["type"] in ("iteration", "gate") and r.get("commit")),
+        None,
+    )
+    return frozenset(rejected), tip
 
 
 def fix(
@@ -209,6 +228,7 @@ def fix(
         state = _baseline(verifier, trace, start, resume, view)
         baseline_s = time.monotonic() - began
         workspace.capture()  # what every candidate starts from, exactly
+        gate = _background_gate(stack, tmp, workspace, toolchain, verifier, config, state)
         ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
         loop = Loop(
             task=config.task,
@@ -221,6 +241,7 @@ def fix(
             view=view,
             budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
             protected=verifier.protected,
+            gate=gate,
         )
         result = _drive(loop, state, resume, trace, branch_name)
         result.wall_s = time.monotonic() - began  # the whole run, the baseline included
@@ -324,6 +345,32 @@ def _toolchain(
     return toolchain
 
 
+def _background_gate(
+    stack: contextlib.ExitStack[bool | None],
+    tmp: Path,
+    workspace: Workspace,
+    toolchain: Toolchain,
+    verifier: Verifier,
+    config: RunConfig,
+    state: Observation,
+) -> BackgroundGate | None:
+    """The gate beside the loop (when on): its own clone of the accepted state and its own sandbox."""
+    if not verifier.background:
+        return None
+    clone = workspace.clone(tmp / "gate")
+    scratch = tmp / "gate-scratch"
+    scratch.mkdir()
+    sandbox = select_sandbox(clone.root, [scratch], config.sandbox)
+    if callable(close := getattr(sandbox, "close", None)):
+        stack.callback(close)
+    own = replace(toolchain, sandbox=sandbox, project=clone.project, scratch=scratch, root=clone.root)
+    gate = BackgroundGate(
+        verifier, clone, own, config.checks, start=state, test_timeout_s=config.test_timeout_s
+    )
+    stack.callback(gate.close)  # before its sandbox and files go
+    return gate
+
+
 def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: list[str] | None) -> Verifier:
     return Verifier(
         toolchain,
@@ -334,6 +381,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         protected=() if config.allow_test_edits else PROTECTED_TESTS,
         only=tuple(only) if only is not None else None,
         test_timeout_s=config.test_timeout_s,
+        background=config.gates_in_background,
     )
 
 

@@ -104,6 +104,7 @@ def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
         "to green",
         "wall",
         "draft/verify/other",
+        "gate (beside)",
     ):
         runs.add_column(column)
     for r in data["runs"]:
@@ -119,6 +120,7 @@ def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
             green,
             f"{r['wall_s']:.1f}s",
             f"{f['draft']:.0%} / {f['verify']:.0%} / {f['overhead']:.0%}",
+            f"{f.get('gate', 0.0):.0%}",
         )
     drafters = Table(title="Improvement per step (r = sum of error removed / sum of error faced)")
     for column in (

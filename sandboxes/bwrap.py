@@ -148,6 +148,7 @@ class BwrapSandbox:
         self.memory_total_bytes = memory_total_bytes
         self._memory_parent = _cgroup_parent("memory")
         self._cgroups: list[Path] = []  # made by `wrap` for callers we cannot clean up after
+        self._live: set[subprocess.Popen[bytes]] = set()  # what `run` runs now, for `cancel`
         if os.geteuid() != 0:
             self.pids_cap = f"RLIMIT_NPROC={max_pids} in the sandbox's user namespace"
         elif self._cgroup_parent is not None:
@@ -203,6 +204,7 @@ class BwrapSandbox:
                     pass_fds=(info_write,),
                     start_new_session=True,
                 )
+                self._live.add(proc)
                 os.close(info_write)
                 info_write = -1
                 init = _open_init(info_read)
@@ -214,6 +216,7 @@ class BwrapSandbox:
                     ended = _wait_watching_disk(proc, timeout_s, self.workspace, self.disk_bytes)
                 finally:
                     _end_sandbox(proc, init)
+                    self._live.discard(proc)
                 timed_out = ended == "timeout"
                 returncode = proc.returncode if ended == "exited" else -9
                 output = read_capped(out, self.max_output)
@@ -225,6 +228,13 @@ class BwrapSandbox:
                 _remove_cgroup(cgroup)
         error = "the command wrote more than the disk cap allows (killed)" if ended == "disk" else None
         return ProcessResult(returncode, output, time.monotonic() - start, timed_out, error=error)
+
+    def cancel(self) -> None:
+        """Kill what `run` runs now (from another thread): bwrap dies, and with it (--die-with-parent)
+        everything in its sandbox; `run` returns at once with the kill's status."""
+        for proc in list(self._live):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def close(self) -> None:
         """Kill what is left in, and remove, the pids cgroups `wrap` made."""

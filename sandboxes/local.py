@@ -40,6 +40,7 @@ class LocalSandbox:
     def __init__(self, *, memory_bytes: int = 4 << 30, max_output: int = 1 << 20) -> None:
         self.memory_bytes = memory_bytes
         self.max_output = max_output
+        self._live: set[subprocess.Popen[bytes]] = set()  # what runs now, for `cancel`
 
     def _limit(self, pid: int) -> None:
         # Set from outside, right after the start: a preexec_fn would force a full fork of this
@@ -58,7 +59,17 @@ class LocalSandbox:
         stdin: str | None = None,
     ) -> ProcessResult:
         """Run `argv` in `cwd` with an allowlisted environment plus `env`."""
-        return self.start(argv, cwd=cwd, env=env, stdin=stdin).wait(timeout_s)
+        started = self.start(argv, cwd=cwd, env=env, stdin=stdin)
+        self._live.add(started.proc)
+        try:
+            return started.wait(timeout_s)
+        finally:
+            self._live.discard(started.proc)
+
+    def cancel(self) -> None:
+        """Kill what `run` runs now, with its process group (from another thread)."""
+        for proc in list(self._live):
+            kill_group(proc)
 
     def start(
         self,

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ralph.domain.candidate import FileChange
+from ralph.domain.candidate import FileChange, undoing
 from ralph.domain.errors import UnsafePath
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -308,6 +308,20 @@ class Workspace:
             for i in range(1, len(parts)):
                 self._state.setdefault(parts[:i], _Entry("dir", (0o755,)))
         self.restore()
+
+    def revert_accepted(self, changes: Sequence[FileChange]) -> None:
+        """Take accepted `changes` (applied in order) out of the accepted state again."""
+        self.accept(undoing(changes))
+
+    def clone(self, root: Path) -> Workspace:
+        """A second workspace at `root` holding exactly the accepted state, captured (the background
+        gate's own copy)."""
+        source = self._pristine if self._state is not None else self.root
+        shutil.copytree(source, root, symlinks=True, ignore=_special_files)
+        other = Workspace(root, self.subdir)
+        other._first = dict(self._first)
+        other.capture()
+        return other
 
     def restore(self, changes: Sequence[FileChange] = ()) -> int:
         """Put the accepted state back exactly (then apply `changes`); returns how many entries it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ralph.bench.fix import humanevalfix_files, load_tasks, naive_time_to_green
+from ralph.bench.fix import humanevalfix_files, load_tasks, naive_time_to_green, verification_per_candidate_s
 from tests.conftest import run_ralph, write_files
 
 FIXABLE = {
@@ -60,21 +60,36 @@ def test_the_naive_loop_pays_a_full_run_per_candidate_verified_up_to_the_goal():
         {"type": "run_start"},
         {
             "type": "iteration",
+            "i": 1,
             "draft_ms": 100.0,
             "remaining_after": 2,
             "candidates": [{"stages": [1]}, {"stages": []}],
         },
         {
             "type": "iteration",
+            "i": 2,
             "draft_ms": 300.0,
             "remaining_after": 0,
             "candidates": [{"stages": [1]}, {"stages": [1]}],
         },
-        {"type": "iteration", "draft_ms": 900.0, "remaining_after": 0, "candidates": [{"stages": [1]}]},
+        {
+            "type": "iteration",
+            "i": 3,
+            "draft_ms": 900.0,
+            "remaining_before": 0,
+            "remaining_after": 0,
+            "candidates": [{"stages": [1]}],
+        },
     ]
     # 0.4 s of drafting, three candidates that reached verification (a parse failure needs no run).
     assert naive_time_to_green(records, naive_run_s=2.0) == 0.4 + 3 * 2.0
     assert naive_time_to_green(records[:2], naive_run_s=2.0) is None
+    # Gated beside the loop: the goal is the accept whose gate passed, whatever ran meanwhile.
+    records[2] = {**records[2], "state": 1}
+    gate = {"type": "gate", "iteration": 2, "verdict": "passed", "remaining": 0, "duration_ms": 500.0}
+    assert naive_time_to_green([*records, gate], naive_run_s=2.0) == 0.4 + 3 * 2.0
+    assert naive_time_to_green(records, naive_run_s=2.0) is None  # never gated: never green
+    assert verification_per_candidate_s([*records, gate]) == 0.5 / 4
 
 
 def test_a_directory_of_projects_is_a_task_suite(tmp_path):

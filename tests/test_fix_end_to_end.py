@@ -58,7 +58,8 @@ def test_regressing_candidate_is_rolled_back(make_repo, tmp_path):
         + json.dumps({"description": "fix windows", "files": {"windows.py": good}})
         + "\n"
     )
-    outcome = run_fix(repo, drafter=f"replay:{replay}", candidates=1)
+    # The gate in line (tests/test_background_gate.py has the same candidates gated beside the loop).
+    outcome = run_fix(repo, drafter=f"replay:{replay}", candidates=1, background_gate=False)
     assert outcome.result.outcome == "goal"
     records = read_trace(outcome.trace)
     first, second = (r for r in records if r["type"] == "iteration")

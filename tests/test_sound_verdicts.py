@@ -38,7 +38,24 @@ def replay(tmp_path: Path, *records: dict) -> str:
 
 
 def verdicts(outcome) -> list[dict]:
-    return [c for r in read_trace(outcome.trace) if r["type"] == "iteration" for c in r["candidates"]]
+    """Every verified candidate's verdict. One accepted on its targeted stages, whose gate then ran
+    beside the loop, has that gate's verdict, reason and failed stage."""
+    records = read_trace(outcome.trace)
+    gates = {g["iteration"]: g for g in records if g["type"] == "gate"}
+    found = []
+    for r in records:
+        for c in r["candidates"] if r["type"] == "iteration" else []:
+            if c.get("gate") == "background":
+                gate = gates.get(r["i"], {"verdict": "never gated", "reason": "never gated"})
+                verdict = "accepted" if gate["verdict"] == "passed" else "rejected"
+                c = {
+                    **c,
+                    "verdict": verdict,
+                    "reason": gate["reason"],
+                    "failed_stage": gate.get("failed_stage"),
+                }
+            found.append(c)
+    return found
 
 
 def run_fix(repo: Path, drafter: str, **config) -> object:

@@ -12,11 +12,11 @@ mypy. The steps are declared in `Verifier._steps`; validators/stages.py holds th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ralph.domain.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected
+from ralph.domain.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected, undoing
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import Evidence
 from ralph.domain.results import Scope, StageResult
@@ -51,6 +51,7 @@ from validators.stages import (
     Step,
     SyntaxStage,
     TypesStage,
+    put_back,
     run_sequence,
     run_step,
 )
@@ -74,8 +75,12 @@ class Verifier:
         warm: bool = True,
         only: tuple[str, ...] | None = None,
         test_timeout_s: float = 60.0,
+        background: bool = False,
     ) -> None:
         self.toolchain = toolchain
+        # The gate runs beside the loop (validators/background.py): `verify` ends after the
+        # targeted stages and its reports are not gated yet.
+        self.background = background
         self.cache = (
             CoverageCache(coverage_cache, toolchain.project, toolchain.python) if coverage_cache else None
         )
@@ -114,7 +119,7 @@ class Verifier:
         ones before it passed); and what a regressing candidate meets before the gate (what `ralph
         bench verify` times)."""
         static = Step((SyntaxStage(self.syntax), LintStage(self.ruff)))
-        sequence = (
+        sequence: tuple[Step, ...] = (
             replace(static, repair=self._safe_fixes),
             Step(
                 (
@@ -124,17 +129,25 @@ class Verifier:
                 ),
                 must_improve="no improvement on the targeted checks",
             ),
-            Step((TypesStage(self, settled=True),), before=_put_back),
-            Step((GateStage(self.gate, self),)),
+            Step((TypesStage(self, settled=True),), before=put_back),
+            *self.gate_steps(self.gate, self.checks),
+        )
+        if self.background:
+            sequence = sequence[:-2]
+        detection = (static, Step((SelectedTestsStage(self), TypesStage(self))))
+        return static, sequence, detection
+
+    def gate_steps(self, tests: PytestValidator, checks: CommandValidator) -> tuple[Step, Step]:
+        """The gate: the whole suite, then every check on the state put back (must improve)."""
+        return (
+            Step((GateStage(tests, self),)),
             Step(
-                (AllChecksStage(self.checks, self),),
-                before=_put_back,  # what the gate's tests wrote is gone before the checks run
+                (AllChecksStage(checks, self),),
+                before=put_back,  # what the gate's tests wrote is gone before the checks run
                 must_improve="no improvement on the full suite",
                 blame="gate",
             ),
         )
-        detection = (static, Step((SelectedTestsStage(self), TypesStage(self))))
-        return static, sequence, detection
 
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""
@@ -269,11 +282,20 @@ class Verifier:
         candidate's tests wrote is gone): it is called before the gate."""
         report = self._run(self.sequence, candidate, current, reset, "", progress)
         if report.accepted:
+            report.gated = not self.background
             changes = report.changes or candidate.changes
             self.coverage = remap_coverage(self.coverage, changes)
             self.accepted_paths.update(c.path for c in changes)
             self._import_graph = None
         return report
+
+    def reverted(self, changes: Sequence[FileChange]) -> None:
+        """Accepted `changes` were taken out of the accepted state (their background gate failed):
+        the coverage's lines map back, and the sources are read again. The files stay in
+        `accepted_paths` (coverage measured before them vouches for nothing there)."""
+        self.coverage = remap_coverage(self.coverage, undoing(changes))
+        self._import_graph = None
+        self._graph()
 
     def detect(self, candidate: Candidate, current: Observation) -> VerifyReport:
         """The staged checks a regressing candidate meets before the gate (what benchmarks measure):
@@ -377,9 +399,3 @@ class Verifier:
         if self._import_graph is None:
             self._import_graph = ImportGraph(project_sources(self.toolchain.project))
         return self._import_graph
-
-
-def _put_back(attempt: Attempt) -> None:
-    """Before the last steps: the workspace back to exactly the accepted state plus the candidate."""
-    if attempt.reset is not None:
-        attempt.reset(attempt.candidate.changes)

@@ -192,6 +192,12 @@ def run_sequence(steps: Sequence[Step], attempt: Attempt) -> tuple[VerifyReport 
     return None, attempt
 
 
+def put_back(attempt: Attempt) -> None:
+    """Before the last steps: the workspace back to exactly the accepted state plus the candidate."""
+    if attempt.reset is not None:
+        attempt.reset(attempt.candidate.changes)
+
+
 class StartedStage:
     """A stage that runs a process of its own: started first and collected last, so the other
     stages of its step run while it works (the compile beside ruff, say) without a thread."""
@@ -283,13 +289,23 @@ class FailingTestsStage:
                 self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail, unaffected=unaffected
             )
         scope = Scope(tests=tuple(affected), timeout_s=self.verifier.quick_timeout_s)
-        result = self.validator.check(scope, stop_on_pass=True)
+        result = self.validator.check(scope, stop_on_pass=not self._all_of(affected))
         result.unaffected = unaffected
         if unaffected:
             result.detail += f" ({unaffected} failing tests that cannot see the change not run)"
-        if len(result.tests) < len(affected):
+        # Tests left unrun: the state's error is not known until the gate has run them.
+        result.stopped_early = len(result.tests) < len(affected)
+        if result.stopped_early:
             result.detail += " (stopped at the first that passes)"
         return result
+
+    def _all_of(self, tests: Sequence[str]) -> bool:
+        """Whether to run every one of these tests rather than stop at the first that passes: when the
+        gate runs beside the loop and they are cheap (a quarter of the suite's time at most), so the
+        state an accept makes is known at once and the loop need not wait for its gate."""
+        verifier = self.verifier
+        cost = sum(verifier.durations.get(t, verifier.suite_s) for t in tests)
+        return verifier.background and cost <= 0.25 * verifier.suite_s
 
 
 def can_see(

@@ -35,6 +35,15 @@ class FileChange:
     before: str | None
     after: str | None
 
+    def inverse(self) -> FileChange:
+        """The change that undoes this one."""
+        return FileChange(self.path, self.after, self.before)
+
+
+def undoing(changes: Iterable[FileChange]) -> tuple[FileChange, ...]:
+    """The changes that undo `changes` (applied in order), last first."""
+    return tuple(c.inverse() for c in reversed(list(changes)))
+
 
 @dataclass(frozen=True)
 class Candidate:

@@ -17,6 +17,7 @@ class VerdictRecord(TypedDict):
     stages: list[dict[str, Any]]  # StageResult.to_json each
     tests_run: int  # test outcomes its test stages reported
     amended_diff: NotRequired[str]  # the edit as committed, when the verifier amended it
+    gate: NotRequired[str]  # "background": accepted on its targeted stages, gated beside the loop
 
 
 class CandidateRecord(VerdictRecord):
@@ -54,3 +55,22 @@ class IterationRecord(TypedDict):
     candidates: list[CandidateRecord]
     proposed: int  # what the drafter returned, duplicates and known failures included
     commit: str | None  # the branch's commit after this iteration
+    state: NotRequired[int]  # the state its accept made, when that state's gate runs in the background
+
+
+class GateRecord(TypedDict):
+    """A "gate" record: the background gate's verdict on a state an iteration accepted provisionally."""
+
+    state: int
+    iteration: int  # the iteration whose accept made the state
+    fingerprint: str  # the accepted candidate's
+    verdict: str  # passed, rejected, discarded (built on a state whose gate failed), cancelled
+    reason: str
+    failed_stage: str | None
+    duration_ms: float
+    remaining: int  # the remaining error of the state the loop stands on afterwards
+    elapsed_s: float  # since the loop started
+    tests_run: int
+    stages: list[dict[str, Any]]
+    discarded: list[int]  # states built on this one, undone with it
+    commit: str | None  # the branch's commit afterwards (only gated states reach it)

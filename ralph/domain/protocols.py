@@ -13,7 +13,7 @@ from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.events import IterationRecord
 from ralph.domain.results import Diagnostic, ProcessResult, Scope, StageResult, TestResult
 from ralph.domain.score import Observation, Score
-from ralph.domain.verdict import VerifyReport
+from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,26 @@ class Verification(Protocol):
         """The workspace was put back (`foreign`: it undid writes outside the edit)."""
         ...
 
+    def reverted(self, changes: Sequence[FileChange]) -> None:
+        """Accepted `changes` were taken out of the accepted state again (their gate failed)."""
+        ...
+
+
+class Gate(Protocol):
+    """Runs the full gate of provisionally accepted states beside the loop, one at a time, in the
+    order submitted, each on its own copy of the state (validators.background.BackgroundGate)."""
+
+    def submit(self, job: GateJob) -> None: ...
+
+    def finished(self, wait: bool = False, timeout: float | None = None) -> list[GateOutcome]:
+        """The outcomes not yet returned, in submission order, up to the first still running; with
+        `wait`, waiting for every gate submitted to end (for at most `timeout` seconds)."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop at once: what runs is killed, what waits is discarded."""
+        ...
+
 
 class Workspace(Protocol):
     """The copy of the project candidates are applied to (sandboxes.workspace.Workspace)."""
@@ -160,6 +180,10 @@ class Workspace(Protocol):
     def rollback(self, changes: Sequence[FileChange]) -> None: ...
 
     def take_foreign(self) -> bool: ...
+
+    def revert_accepted(self, changes: Sequence[FileChange]) -> None:
+        """Take accepted `changes` out of the accepted state again (a background gate failed)."""
+        ...
 
 
 class Branch(Protocol):

@@ -1,10 +1,11 @@
-"""The verdict on one candidate: accepted or not, why, and every stage that ran."""
+"""The verdict on one candidate: accepted or not, why, and every stage that ran; and what the
+background gate is given (a provisionally accepted state) and returns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ralph.domain.candidate import FileChange, unified_diff
+from ralph.domain.candidate import Candidate, FileChange, unified_diff
 from ralph.domain.events import VerdictRecord
 from ralph.domain.results import StageResult
 from ralph.domain.score import Observation, Score
@@ -23,6 +24,8 @@ class VerifyReport:
     failed_stage: str | None = None
     # The edit as verified when the verifier amended it (ruff's safe fixes applied): what to commit.
     changes: tuple[FileChange, ...] | None = None
+    # False: accepted on its targeted stages only, the full gate still to run in the background.
+    gated: bool = True
 
     @property
     def tests_run(self) -> int:
@@ -46,4 +49,30 @@ class VerifyReport:
         }
         if self.changes is not None:
             record["amended_diff"] = unified_diff(self.changes)
+        if not self.gated:
+            record["gate"] = "background"
         return record
+
+
+@dataclass(frozen=True)
+class GateJob:
+    """A state accepted on its targeted stages whose full gate is still to run: `state` was made
+    by applying `changes` (the candidate's edit as accepted) to state `parent`, and `stages` are
+    what the synchronous stages observed of it."""
+
+    state: int
+    parent: int
+    candidate: Candidate
+    changes: tuple[FileChange, ...]
+    stages: tuple[StageResult, ...]
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """What the background gate made of a state: "passed", "rejected" (the report says why), or
+    "discarded" (it was built on a state whose gate did not pass, or the gate was cancelled)."""
+
+    state: int
+    verdict: str
+    report: VerifyReport | None = None
+    duration_ms: float = 0.0

@@ -1,0 +1,239 @@
+"""The gate off the critical path: a candidate accepted on its targeted stages is the loop's next state
+at once, its whole-suite gate runs beside the loop, and only a state whose gate passed reaches the
+branch or counts as the goal. Real git repositories, real pytest, hostile candidates by replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ralph.config import RunConfig
+from ralph.report import run_stats
+from ralph.session import fix
+from ralph.trace import read_trace
+from ralph.view import QuietView
+from tests.conftest import BUGGY_WINDOWS, git, run_ralph
+from validators.background import BackgroundGate
+
+FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
+# Fixes the failing test and breaks a passing one the targeted stage does not run.
+FIXED_AND_BROKEN = FIXED.replace("return x * 2", "return x * 3")
+
+
+def _replay(tmp_path: Path, *records: dict) -> str:
+    file = tmp_path / "edits.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return f"replay:{file}"
+
+
+def _run(repo: Path, tmp_path: Path, *records: dict, **config: object):
+    settings = {"candidates": 1, "background_gate": True, **config}
+    return fix(
+        repo, RunConfig(drafter=_replay(tmp_path, *records), **settings), view=QuietView(notices=False)
+    )
+
+
+def _records(outcome, type_: str) -> list[dict]:
+    return [r for r in read_trace(outcome.trace) if r["type"] == type_]
+
+
+def _branch_files(repo: Path, branch: str, path: str) -> str:
+    return git(repo, "show", f"{branch}:{path}")
+
+
+def test_what_the_gate_rejects_is_undone_and_never_reaches_the_branch(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix and break", "files": {"windows.py": FIXED_AND_BROKEN}},
+        {"description": "fix", "files": {"windows.py": FIXED}},
+    )
+    assert outcome.result.outcome == "goal"
+    first, second = _records(outcome, "iteration")[:2]
+    # Accepted on its targeted stages (the failing test passes), gated beside the loop...
+    assert first["candidates"][0]["verdict"] == "accepted"
+    assert first["candidates"][0]["gate"] == "background"
+    assert first["state"] == 1 and first["commit"] is None
+    gates = _records(outcome, "gate")
+    assert [g["verdict"] for g in gates] == ["rejected", "passed"]
+    # ... where the whole suite shows the regression, and the loop goes on from the start.
+    assert "test_double" in gates[0]["reason"] and gates[0]["commit"] is None
+    assert second["remaining_before"] == 1
+    assert gates[1]["state"] == second["state"] and gates[1]["remaining"] == 0
+    assert _branch_files(repo, outcome.branch, "windows.py") == FIXED
+    assert git(repo, "rev-list", "--count", f"main..{outcome.branch}").strip() == "1"
+    assert gates[1]["commit"] == outcome.final_commit
+    stats = run_stats(read_trace(outcome.trace))
+    assert stats.accepted == 1 and stats.gate_s > 0
+    assert stats.time_to_green_s == gates[1]["elapsed_s"]
+
+
+def test_the_same_candidates_gated_in_line_give_the_same_branch(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix and break", "files": {"windows.py": FIXED_AND_BROKEN}},
+        {"description": "fix", "files": {"windows.py": FIXED}},
+        background_gate=False,
+    )
+    assert outcome.result.outcome == "goal"
+    first = _records(outcome, "iteration")[0]
+    assert first["candidates"][0]["verdict"] == "rejected"
+    assert first["candidates"][0]["failed_stage"] == "gate"
+    assert not _records(outcome, "gate")
+    assert _branch_files(repo, outcome.branch, "windows.py") == FIXED
+
+
+TWO_BUGS = {
+    "f.py": "def f(x):\n    return x + 2\n\n\ndef h(x):\n    return x * 10\n",
+    "g.py": "def g(x):\n    return x - 2\n",
+    "tests/test_f.py": "from f import f\n\n\ndef test_f():\n    assert f(1) == 2\n",
+    "tests/test_g.py": "from g import g\n\n\ndef test_g():\n    assert g(3) == 2\n",
+    # Slow enough that the loop accepts the next state before this state's gate has finished.
+    "tests/test_h.py": "import time\n\nfrom f import h\n\n\ndef test_h():\n    time.sleep(2)\n    assert h(1) == 10\n",
+    "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+}
+F_FIXED = TWO_BUGS["f.py"].replace("x + 2", "x + 1")
+F_FIXED_H_BROKEN = F_FIXED.replace("x * 10", "x * 11")
+G_FIXED = TWO_BUGS["g.py"].replace("x - 2", "x - 1")
+
+
+def test_states_built_on_one_whose_gate_fails_are_discarded_with_it(make_repo, tmp_path):
+    repo = make_repo(TWO_BUGS)
+    fix_g = {"description": "fix g", "files": {"g.py": G_FIXED}}
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix f, break h", "files": {"f.py": F_FIXED_H_BROKEN}},
+        fix_g,
+        {"description": "fix f", "files": {"f.py": F_FIXED}},
+        fix_g,  # discarded, not rejected: it may come again
+    )
+    assert outcome.result.outcome == "goal", outcome.result
+    iterations = _records(outcome, "iteration")
+    assert [r["remaining_before"] for r in iterations] == [2, 1, 2, 1]
+    gates = _records(outcome, "gate")
+    assert gates[0]["verdict"] == "rejected" and gates[0]["discarded"] == [iterations[1]["state"]]
+    assert "test_h" in gates[0]["reason"]
+    assert [g["verdict"] for g in gates[1:]] == ["passed", "passed"]
+    assert _branch_files(repo, outcome.branch, "f.py") == F_FIXED
+    assert _branch_files(repo, outcome.branch, "g.py") == G_FIXED
+    assert git(repo, "rev-list", "--count", f"main..{outcome.branch}").strip() == "2"
+    stats = run_stats(read_trace(outcome.trace))
+    assert stats.accepted == 2  # the undone accepts removed nothing
+
+
+def test_a_gate_that_crashes_fails_its_state_with_the_reason_and_the_loop_goes_on(
+    make_repo, tmp_path, monkeypatch
+):
+    repo = make_repo(BUGGY_WINDOWS)
+    judge = BackgroundGate._judge
+    calls = []
+
+    def crash_once(self, job):
+        calls.append(job.state)
+        if len(calls) == 1:
+            raise RuntimeError("the gate's disk vanished")
+        return judge(self, job)
+
+    monkeypatch.setattr(BackgroundGate, "_judge", crash_once)
+    other_fix = FIXED.replace("for i in range", "for i in  range")
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix", "files": {"windows.py": FIXED}},
+        {"description": "fix, spelled another way", "files": {"windows.py": other_fix}},
+    )
+    gates = _records(outcome, "gate")
+    assert gates[0]["verdict"] == "rejected"
+    assert "no verdict" in gates[0]["reason"] and "disk vanished" in gates[0]["reason"]
+    assert gates[1]["verdict"] == "passed"
+    assert outcome.result.outcome == "goal"
+
+
+def test_a_gate_that_hangs_is_a_failed_gate_for_its_state(make_repo, tmp_path, monkeypatch):
+    from validators.pipeline import Verifier
+
+    monkeypatch.setattr(Verifier, "gate_timeout_s", property(lambda self: 4.0))
+    repo = make_repo(BUGGY_WINDOWS)
+    # Hangs only where the gate runs it (its own copy of the workspace): the targeted stages pass.
+    hangs_in_the_gate = "import time\n\nif '/gate/' in __file__:\n    time.sleep(600)\n\n\n" + FIXED
+    began = time.monotonic()
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix that hangs in the gate", "files": {"windows.py": hangs_in_the_gate}},
+        {"description": "fix", "files": {"windows.py": FIXED}},
+    )
+    assert time.monotonic() - began < 60
+    gates = _records(outcome, "gate")
+    assert gates[0]["verdict"] == "rejected" and "no verdict" in gates[0]["reason"]
+    assert outcome.result.outcome == "goal"
+    assert _branch_files(repo, outcome.branch, "windows.py") == FIXED
+
+
+SLOW_GATE = {
+    **BUGGY_WINDOWS,
+    "tests/test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(6)\n",
+}
+
+
+def test_max_seconds_cancels_the_gate_and_the_branch_holds_gated_states_only(make_repo, tmp_path):
+    repo = make_repo(SLOW_GATE)
+    began = time.monotonic()
+    outcome = _run(repo, tmp_path, {"description": "fix", "files": {"windows.py": FIXED}}, max_seconds=2.0)
+    loop_s = time.monotonic() - began - outcome.baseline_s
+    assert outcome.result.outcome == "max_seconds"
+    assert loop_s < 5, "the gate was waited for, not cancelled"
+    assert outcome.branch is None and outcome.final_commit is None
+    gates = _records(outcome, "gate")
+    assert [g["verdict"] for g in gates] == ["cancelled"]
+    end = _records(outcome, "run_end")[-1]
+    assert end["accepted"] == 0 and end["final_commit"] is None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="signals to a child process group")
+def test_ctrl_c_stops_the_gate_at_once_and_resume_redoes_the_ungated_state(make_repo, tmp_path):
+    repo = make_repo(SLOW_GATE)
+    drafter = _replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    argv = ["fix", str(repo), "--drafter", drafter, "--candidates", "1", "--background-gate", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ralph", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    runs = repo / ".ralph" / "runs"
+    deadline = time.monotonic() + 60
+    trace = None
+    while time.monotonic() < deadline:  # until the fix is accepted and its gate is running
+        traces = list(runs.glob("*/trace.jsonl")) if runs.is_dir() else []
+        if traces and any('"state": 1' in line for line in traces[0].read_text().splitlines()):
+            trace = traces[0]
+            break
+        time.sleep(0.1)
+    assert trace is not None, "the fix was never accepted"
+    stopped = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - stopped < 4, "the gate was waited for, not stopped"
+    assert proc.returncode == 130, err
+    records = read_trace(trace)
+    assert [r["verdict"] for r in records if r["type"] == "gate"] == ["cancelled"]
+    assert records[-1]["type"] == "run_end" and records[-1]["final_commit"] is None
+    run_id = trace.parent.name
+    assert not git(repo, "branch", "--list", f"ralph/{run_id}").strip()
+    # The run knows the state was never gated: the resumed run verifies the fix again and gates it.
+    resumed = run_ralph("fix", str(repo), "--resume", run_id, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert _branch_files(repo, f"ralph/{run_id}", "windows.py") == FIXED
+    assert os.path.exists(trace)
