@@ -513,17 +513,24 @@ def bench_fix_command(
     max_iterations: Annotated[int, typer.Option(help="Iteration budget per task.")] = 20,
     candidates: Annotated[int, typer.Option(help="Candidates per iteration.")] = 4,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the summary as JSON.")] = False,
+    mutants: Annotated[
+        int | None, typer.Option(help="TASKS is one project: fix N single-token mutants of it.")
+    ] = None,
+    python: Annotated[str | None, typer.Option(help="The projects' interpreter.")] = None,
+    background_gate: _BackgroundGate = None,
 ) -> None:
     """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter."""
     from ralph.bench.fix import bench_fix
 
     console = Console(stderr=True, soft_wrap=True)
     config = {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
+    config |= {k: v for k, v in (("python", python), ("background_gate", background_gate)) if v is not None}
     summary = bench_fix(
         tasks,
         out,
         workers=workers,
         limit=limit,
+        mutants=mutants,
         config=config,
         progress=lambda t: console.print(t, markup=False),
     )
@@ -537,6 +544,9 @@ def bench_fix_command(
         "fix_rate",
         "errors",
         "median_time_to_green_s",
+        "naive_ratio_median",
+        "per_candidate_ratio_median",
+        "per_candidate_ratio_min",
         "cycle_breakdown",
         "traces",
     ):

@@ -47,6 +47,7 @@ class RunResult:
     cost_usd: float = 0.0
     wall_s: float = 0.0
     history: list[IterationSummary] = field(default_factory=list)
+    gate_wait_s: float = 0.0  # the loop waiting for background gates (verification, on its path)
     final: Score | None = None  # what still stands between the last state and the goal
     state: Observation | None = None  # the last accepted state, as observed
 
@@ -188,7 +189,10 @@ class Loop:
         left = None
         if wait and bounded and self.budget.max_seconds is not None:
             left = max(0.0, self.budget.max_seconds - (time.monotonic() - start))
-        for outcome in self.gate.finished(wait, left):
+        began = time.monotonic()
+        finished = self.gate.finished(wait, left)
+        result.gate_wait_s += time.monotonic() - began
+        for outcome in finished:
             state = self._gated(outcome, state, result, memory, start)
         return state
 

@@ -40,13 +40,16 @@ class RunStats:
     overhead_s: float
     baseline_s: float = 0.0  # verifying the starting state (part of wall_s since run_end records it)
     gate_s: float = 0.0  # background gates: beside the loop, so not part of the other shares
+    gate_wait_s: float = 0.0  # the loop waiting for a background gate (the goal waits for its gate)
 
     @property
     def fractions(self) -> dict[str, float]:
-        """Drafting, synchronous verification (the baseline's included) and everything else, as shares
-        of the run's wall time; and the background gates' time, which ran beside them."""
-        total = max(self.wall_s, self.draft_s + self.verify_s + self.baseline_s + self.overhead_s, 1e-9)
-        drafting, verifying = self.draft_s / total, (self.verify_s + self.baseline_s) / total
+        """Drafting, verification on the loop's path (the baseline, each candidate's synchronous
+        stages, waiting for a gate) and everything else, as shares of the run's wall time; and the
+        background gates' time, which ran beside them."""
+        verify_s = self.verify_s + self.baseline_s + self.gate_wait_s
+        total = max(self.wall_s, self.draft_s + verify_s + self.overhead_s, 1e-9)
+        drafting, verifying = self.draft_s / total, verify_s / total
         return {
             "draft": drafting,
             "verify": verifying,
@@ -190,6 +193,7 @@ def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
         overhead_s=sum(r.get("overhead_ms", 0.0) for r in iterations) / 1000,
         baseline_s=sum(float(e.get("baseline_s") or 0.0) for e in ends),
         gate_s=sum(r.get("duration_ms", 0.0) for r in records if r.get("type") == "gate") / 1000,
+        gate_wait_s=sum(float(e.get("gate_wait_s") or 0.0) for e in ends),
     )
 
 

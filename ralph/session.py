@@ -511,6 +511,7 @@ def _write_end(
         remaining=result.remaining,
         wall_s=round(result.wall_s, 3),
         baseline_s=round(baseline_s, 3),
+        gate_wait_s=round(result.gate_wait_s, 3),
         cost_usd=result.cost_usd,
         branch=branch_name if ralph_branch.tip else None,
         final_commit=ralph_branch.tip,

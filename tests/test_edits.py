@@ -806,3 +806,44 @@ def test_a_function_name_that_is_ambiguous_in_the_first_file_is_an_error_not_ano
     }
     with pytest.raises(EditError, match=r"matches 2 definitions in a\.py"):
         parse_function_blocks("```python\ndef run(self):\n    return 1\n```\n", files)
+
+
+def test_the_unified_diff_matches_only_the_changed_region_and_applies():
+    """`unified_diff` trims the shared start and end before matching: its hunks still apply, and a
+    one-token edit in a long module gives difflib's own diff."""
+    import difflib
+    import random
+
+    from ralph.domain.candidate import _trimmed_diff
+
+    big = [f"line {i}\n" for i in range(3000)]
+    edited = [*big[:1500], "changed\n", *big[1501:]]
+    assert list(_trimmed_diff(big, edited, "a", "b")) == list(difflib.unified_diff(big, edited, "a", "b"))
+    rng = random.Random(7)
+    for _ in range(2000):
+        before = [f"l{rng.randint(0, 4)}\n" for _ in range(rng.randint(0, 25))]
+        after = list(before)
+        for _ in range(rng.randint(0, 4)):
+            at = rng.randint(0, len(after))
+            if rng.random() < 0.5:
+                after.insert(at, f"x{rng.randint(0, 4)}\n")
+            elif after:
+                del after[min(at, len(after) - 1)]
+        assert _apply(before, list(_trimmed_diff(before, after, "a", "b"))) == after
+
+
+def _apply(before: list[str], diff: list[str]) -> list[str]:
+    out, i = [], 0
+    for line in diff[2:]:
+        if line.startswith("@@"):
+            old = line.split()[1][1:].split(",")
+            start = int(old[0]) - (0 if len(old) > 1 and old[1] == "0" else 1)
+            out += before[i:start]
+            i = start
+        elif line[0] == "+":
+            out.append(line[1:])
+        else:
+            assert before[i] == line[1:]
+            out += [line[1:]] if line[0] == " " else []
+            i += 1
+    return out + before[i:]

@@ -2,6 +2,8 @@
 
 TASKS is a directory of projects (each a directory with its tests) or a HumanEvalFix-style JSONL file
 (one task a line: prompt, buggy_solution, test, entry_point); each task becomes a small git repository.
+With `--mutants N`, TASKS is one project and the tasks are N single-token mutants of it that its
+own suite catches (a fresh pytest run fails), in a seeded order.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ralph.domain.candidate import PROTECTED_TESTS, is_protected
 from ralph.domain.errors import RalphError
 from ralph.report import drafter_stats, reached_zero_in_line, run_stats
 from ralph.trace import read_trace
@@ -29,6 +33,51 @@ class Task:
     name: str
     files: dict[str, str] | None = None  # for JSONL tasks
     source: Path | None = None  # for a directory of projects
+    mutant: tuple[str, str, str] | None = None  # (path, description, source) written over `source`'s
+
+
+def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int = 0) -> list[Task]:
+    """`count` tasks, each `project` with one single-token mutant that its suite catches."""
+    from ralph.bench.verify import _copy, candidate_mutants
+    from validators.toolchain import find_python
+
+    if not project.is_dir():
+        raise RalphError(f"{project}: no such directory")
+    interpreter = find_python(project, project, python)
+    found: list[Task] = []
+    with tempfile.TemporaryDirectory(prefix="ralph-mutants-") as tmp:
+        probe = Path(tmp) / "project"
+        _copy(project, probe)
+        naive = _naive_run_s(probe, interpreter, limit_s=600) or 60.0
+        for path, description, mutated in candidate_mutants(probe, seed, _is_test_file):
+            if len(found) >= count:
+                break
+            file = probe / path
+            original = file.read_text(encoding="utf-8")
+            file.write_text(mutated, encoding="utf-8")
+            try:
+                caught = _fails(probe, interpreter, limit_s=2 * naive + 5)
+            finally:
+                file.write_text(original, encoding="utf-8")
+            if caught:
+                name = f"{project.name}-{len(found) + 1:02d}"
+                found.append(Task(name, source=project, mutant=(path, description, mutated)))
+    return found
+
+
+def _is_test_file(path: str) -> bool:
+    return is_protected(path, PROTECTED_TESTS)
+
+
+def _fails(project: Path, python: str, limit_s: float) -> bool:
+    """Whether a fresh `pytest -q -x` fails on `project` (one that hangs does not count: its tests
+    would take a per-test limit each, which is no bench of verification)."""
+    argv = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    try:
+        run = subprocess.run(argv, cwd=project, capture_output=True, check=False, timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return run.returncode == 1
 
 
 def humanevalfix_files(row: dict[str, Any]) -> dict[str, str]:
@@ -78,6 +127,8 @@ def _prepare(task: Task, root: Path) -> Path:
         repo.mkdir(parents=True)
         for path, content in (task.files or {}).items():
             (repo / path).write_text(content, encoding="utf-8")
+    if task.mutant is not None:
+        (repo / task.mutant[0]).write_text(task.mutant[2], encoding="utf-8")
     subprocess.run([*_GIT, "init", "-q", "-b", "main"], cwd=repo, check=True)
     subprocess.run([*_GIT, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*_GIT, "commit", "-q", "-m", "task"], cwd=repo, check=True)
@@ -170,11 +221,16 @@ def bench_fix(
     *,
     workers: int = 1,
     limit: int | None = None,
+    mutants: int | None = None,
     config: dict[str, Any] | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Run every task; write one trace per task under `out/traces`; return the summary."""
-    chosen = load_tasks(tasks, limit)
+    if mutants:
+        progress(f"finding {mutants} single-token mutants of {tasks} its suite catches")
+        chosen = mutant_tasks(tasks, mutants, (config or {}).get("python"))
+    else:
+        chosen = load_tasks(tasks, limit)
     out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -235,9 +291,15 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
         "drafters": {name: s.to_json() for name, s in drafter_stats(traces).items()},
         "cycle_breakdown": {
             "draft": round(sum(r.draft_s for r in runs) / wall, 4),
-            "verify": round(sum(r.verify_s + r.baseline_s for r in runs) / wall, 4),
+            "verify": round(sum(r.verify_s + r.baseline_s + r.gate_wait_s for r in runs) / wall, 4),
             "overhead": round(
-                max(0.0, 1 - sum(r.draft_s + r.verify_s + r.baseline_s for r in runs) / wall), 4
+                max(
+                    0.0,
+                    1
+                    - sum(r.fractions["draft"] * r.wall_s for r in runs) / wall
+                    - sum(r.fractions["verify"] * r.wall_s for r in runs) / wall,
+                ),
+                4,
             ),
             "gate_beside": round(sum(r.gate_s for r in runs) / wall, 4),
         },

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 # Drafters may not edit tests (unless the user allows it): a "fix" that rewrites the test is no fix.
 PROTECTED_TESTS = (
@@ -62,7 +64,7 @@ class Candidate:
     def paths(self) -> list[str]:
         return [c.path for c in self.changes]
 
-    @property
+    @functools.cached_property
     def diff(self) -> str:
         return unified_diff(self.changes)
 
@@ -83,6 +85,60 @@ def unified_diff(changes: tuple[FileChange, ...] | list[FileChange]) -> str:
         after = (c.after or "").splitlines(keepends=True)
         src = f"a/{c.path}" if c.before is not None else "/dev/null"
         dst = f"b/{c.path}" if c.after is not None else "/dev/null"
-        for line in difflib.unified_diff(before, after, src, dst, n=3):
+        for line in _trimmed_diff(before, after, src, dst):
             out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def _trimmed_diff(before: list[str], after: list[str], src: str, dst: str, n: int = 3) -> Iterator[str]:
+    """difflib's unified diff, matching only the region between the lines both sides share at the
+    start and the end: a one-token edit of a 3,000-line module matches a few lines, not all of them."""
+    limit = min(len(before), len(after))
+    head = 0
+    while head < limit and before[head] == after[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and before[-1 - tail] == after[-1 - tail]:
+        tail += 1
+    middle = difflib.SequenceMatcher(None, before[head : len(before) - tail], after[head : len(after) - tail])
+    opcodes: list[_Opcode] = [("equal", 0, head, 0, head)] if head else []
+    opcodes += [
+        (tag, i1 + head, i2 + head, j1 + head, j2 + head) for tag, i1, i2, j1, j2 in middle.get_opcodes()
+    ]
+    if tail:
+        opcodes.append(("equal", len(before) - tail, len(before), len(after) - tail, len(after)))
+    first = True
+    for group in _Matched(opcodes).get_grouped_opcodes(n):
+        if first:
+            yield f"--- {src}\n"
+            yield f"+++ {dst}\n"
+            first = False
+        yield f"@@ -{_range(group[0][1], group[-1][2])} +{_range(group[0][3], group[-1][4])} @@\n"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (" " + line for line in before[i1:i2])
+                continue
+            yield from ("-" + line for line in before[i1:i2])
+            yield from ("+" + line for line in after[j1:j2])
+
+
+_Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
+
+
+class _Matched(difflib.SequenceMatcher[str]):
+    """difflib's hunk grouping over opcodes already computed."""
+
+    def __init__(self, opcodes: list[_Opcode]) -> None:
+        super().__init__(None, [], [])
+        self._known = opcodes
+
+    def get_opcodes(self) -> list[_Opcode]:
+        return self._known
+
+
+def _range(start: int, stop: int) -> str:
+    """A hunk's line range as unified diffs write it (difflib's format)."""
+    length = stop - start
+    if length == 1:
+        return str(start + 1)
+    return f"{start + 1 if length else start},{length}"
