@@ -70,6 +70,9 @@ _NoSandbox = Annotated[
         "--no-sandbox", metavar="", help="Run candidate code without bubblewrap (rlimits, timeouts only)."
     ),
 ]
+_Jobs = Annotated[
+    int | None, typer.Option(help="Candidates verified at once (default: a core each, one kept free).")
+]
 _BackgroundGate = Annotated[
     bool | None,
     typer.Option(
@@ -132,6 +135,7 @@ def fix(
     ] = None,
     no_sandbox: _NoSandbox = False,
     background_gate: _BackgroundGate = None,
+    jobs: _Jobs = None,
 ) -> None:
     """`ralph fix`; its help is `_FIX_HELP` (the options alone fill a screen)."""
     overrides = _fix_overrides(locals())
@@ -157,6 +161,7 @@ def _fix_overrides(options: dict[str, Any]) -> dict[str, Any]:
         "include_untracked": options["include_untracked"],
         "sandbox": False if options["no_sandbox"] else None,
         "background_gate": options["background_gate"],
+        "jobs": options["jobs"],
     }
 
 

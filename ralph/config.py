@@ -75,9 +75,19 @@ class RunConfig(BaseModel):
     background_gate: bool | None = None
     """Gate accepted states (the whole suite, every check) beside the loop; None: where 2+ cores are."""
 
+    jobs: int | None = Field(default=None, ge=1, le=32)
+    """Candidates verified at once, each on its own copy; None: a core each, one left for drafting
+    (and one for the background gate)."""
+
     @property
     def gates_in_background(self) -> bool:
         return self.background_gate if self.background_gate is not None else usable_cores() >= 2
+
+    @property
+    def verify_jobs(self) -> int:
+        if self.jobs is not None:
+            return self.jobs
+        return max(1, usable_cores() - 1 - self.gates_in_background)
 
 
 def usable_cores() -> int:

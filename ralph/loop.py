@@ -4,14 +4,16 @@ It depends on the Protocols of ralph.domain only; ralph/session.py wires the con
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from ralph.domain.candidate import Candidate, FileChange
-from ralph.domain.errors import UnsafePath
+from ralph.domain.errors import RalphError, UnsafePath
 from ralph.domain.events import CandidateRecord, GateRecord, IterationRecord
 from ralph.domain.protocols import (
     Branch,
@@ -69,6 +71,7 @@ class Loop:
     budget: Budget
     protected: tuple[str, ...]
     gate: Gate | None = None  # runs the full gate beside the loop; None: it is part of `verify`
+    lanes: tuple[Lane, ...] = ()  # more copies to verify candidates on side by side (--jobs)
     states: States = field(init=False)
 
     def run(
@@ -82,7 +85,7 @@ class Loop:
         result = RunResult(
             "goal", done[0], cost_usd=done[1], remaining=remaining, remaining_at_start=remaining
         )
-        memory = Memory(rejected=set(rejected))
+        memory = Memory(rejected=set(rejected), rejected_on={0: set(rejected)})
         self.states = States(gated=state)
         try:
             while True:
@@ -118,22 +121,25 @@ class Loop:
         before, draft_ms, commit = result.remaining, 0.0, None
         verdicts: list[CandidateRecord] = []
         context = self._context(state, memory)
-        drafts = self._drafts(decision.drafter, context, decision.n, memory)
-        for k, (candidate, waited_ms) in enumerate(drafts):  # draft
-            draft_ms += waited_ms
-            live = self._live(
-                f"#{result.iterations + 1} {decision.drafter} {k + 1}/{max(memory.drafted, k + 1)}",
-                start,
-                candidate,
-            )
-            report = self._verify(candidate, state, live)  # verify
-            verdicts.append(_candidate_record(candidate, report))
-            if report.accepted and report.observation is not None and report.score is not None:  # decide
-                commit = self._accept(candidate, report, state, result.iterations + 1)
-                state, result.remaining = report.observation, report.score.remaining
-                result.accepted += 1
-                break
-            memory.reject(candidate, report)
+        on_state = self.states.current
+        drafts = self._drafts(decision.drafter, context, decision.n, memory)  # draft
+        head = f"#{result.iterations + 1} {decision.drafter}"
+        clock = Clock()
+        with contextlib.closing(self._verdicts(drafts, state, (head, start), memory, clock)) as judged:
+            for candidate, report, waited_ms, lane in judged:  # verify
+                draft_ms += waited_ms
+                verdicts.append(_candidate_record(candidate, report))
+                if report.accepted and report.observation is not None and report.score is not None:
+                    commit = self._accept(candidate, report, state, result.iterations + 1)  # decide
+                    state, result.remaining = report.observation, report.score.remaining
+                    result.accepted += 1
+                    winner = (lane, tuple(report.changes or candidate.changes))
+                    break
+                memory.reject(candidate, report, self.states.current)
+            else:
+                winner = None
+        if winner is not None:  # every other lane takes the accepted edit in too
+            self._adopt(*winner)
         result.iterations += 1
         spent = memory.spent()  # every draft's, verified or not (a duplicate cost tokens too)
         result.cost_usd += spent
@@ -141,6 +147,13 @@ class Loop:
         record = self._record(
             result, decision, before, verdicts, times, memory.drafted, commit, spent
         )  # trace
+        if clock.parallel:  # lanes verified side by side: the iteration's own verification time
+            record["verify_ms"] = round(clock.ms, 1)
+            wall = (time.perf_counter() - t0) * 1000
+            record["overhead_ms"] = round(max(0.0, wall - draft_ms - clock.ms), 1)
+            record["cancelled"] = clock.cancelled
+        if self.gate is not None:
+            record["on_state"] = on_state
         if (
             commit is None
             and self.states.provisional
@@ -159,13 +172,13 @@ class Loop:
         the state is provisional, its gate submitted, and the commit waits for the gate to pass."""
         message = _commit_message(candidate, self.verifier.score(state), report)
         changes = tuple(report.changes or candidate.changes)
-        if report.gated or self.gate is None:
-            self.states.current = self.states.new_id()
+        if report.gated:
+            self.states.current = i
             return self.branch.prepare(changes, message, self.workspace.encode)
+        if self.gate is None:  # a verifier wired to gate beside a loop that has no gate: never commit
+            raise RalphError("internal error: a verdict whose gate is to run beside the loop, and no gate")
         unconfirmed = any(s.stage == "tests" and s.stopped_early for s in report.stages)
-        entry = Provisional(
-            self.states.new_id(), self.states.current, i, candidate, changes, message, unconfirmed
-        )
+        entry = Provisional(i, self.states.current, i, candidate, changes, message, unconfirmed)
         self.states.provisional.append(entry)
         self.states.current = entry.state
         stages = tuple(report.stages)
@@ -220,13 +233,15 @@ class Loop:
         undone = states.provisional[at:]
         del states.provisional[at:]
         changes = [c for s in undone for c in s.changes]
-        self.workspace.revert_accepted(changes)
-        self.verifier.reverted(changes)
-        self.verifier.restored(self.workspace.take_foreign())
+        for lane in self._lanes():
+            lane.workspace.revert_accepted(changes)
+            lane.verifier.reverted(changes)
+            lane.verifier.restored(lane.workspace.take_foreign())
         states.current = states.gated_id
         result.accepted -= len(undone)
+        memory.forget({s.state for s in undone})  # what was rejected against them may do on this one
         if outcome.verdict == "rejected" and report is not None:
-            memory.reject(entry.candidate, report)  # never verified again
+            memory.reject(entry.candidate, report, entry.parent)  # never verified again
         state, result.remaining = states.gated, self.verifier.score(states.gated).remaining
         self._gate_record(outcome, entry, result, start, self.branch.tip, [s.state for s in undone[1:]])
         if outcome.verdict == "rejected":
@@ -255,7 +270,7 @@ class Loop:
             "reason": report.reason if report is not None else outcome.verdict,
             "failed_stage": report.failed_stage if report is not None else None,
             "duration_ms": round(outcome.duration_ms, 1),
-            "remaining": result.remaining,
+            "remaining": self.verifier.score(self.states.gated).remaining,
             "elapsed_s": round(time.monotonic() - start, 3),
             "tests_run": report.tests_run if report is not None else 0,
             "stages": [s.to_json() for s in report.stages] if report is not None else [],
@@ -269,19 +284,104 @@ class Loop:
         cancelled (the branch stays at the last gated state)."""
         if self.gate is None or not self.states.provisional:
             return state
-        if result.outcome in ("max_seconds", "interrupted"):
-            self.gate.cancel()  # (what it ran is killed: waiting for it takes no time)
-        return self._settle(state, result, memory, start, wait=True, bounded=False)
+        if result.outcome not in ("max_seconds", "interrupted"):  # within the time budget
+            state = self._settle(state, result, memory, start, wait=True)
+        if self.states.provisional:  # out of time, or interrupted: stop it
+            self.gate.cancel()  # (what it runs is killed and nothing more starts: no time to wait)
+            state = self._settle(state, result, memory, start, wait=True, bounded=False)
+        elif result.remaining <= 0 and result.outcome != "interrupted":
+            result.outcome = "goal"  # the last state's gate passed after the budget ran out
+        return state
 
-    def _live(self, head: str, start: float, candidate: Candidate) -> Callable[[str], None]:
-        """The live line while `candidate` is verified: which one of how many, the run's time, the step."""
+    def _live(
+        self, head: str, start: float, candidate: Candidate, stop: threading.Event | None = None
+    ) -> Callable[[str], None]:
+        """The live line while `candidate` is verified: which one of how many, the run's time, the
+        step. With `stop` (a lane's candidate): cancelled at its next step once `stop` is set, and
+        shown only when it is the first of its batch."""
 
         def show(stage: str) -> None:
+            if stop is not None and stop.is_set():
+                raise Cancelled
+            if not head:
+                return
             self.view.progress(
                 f"{head} · {time.monotonic() - start:.0f}s · {candidate.description} · {stage}"
             )
 
         return show
+
+    def _verdicts(
+        self,
+        drafts: Iterator[tuple[Candidate, float]],
+        state: Observation,
+        where: tuple[str, float],  # the live line's head, the loop's start
+        memory: Memory,
+        clock: Clock,
+    ) -> Generator[tuple[Candidate, VerifyReport, float, int], None, None]:
+        """Each new candidate with its verdict, its drafting time and the lane it was verified on, in
+        the drafter's order. With several lanes, up to one candidate per lane is verified at once;
+        when the consumer stops (an accept), those after it are cancelled at their next step."""
+        head, start = where
+        lanes = self._lanes()
+        if len(lanes) == 1:
+            for k, (candidate, waited_ms) in enumerate(drafts):
+                live = self._live(f"{head} {k + 1}/{max(memory.drafted, k + 1)}", start, candidate)
+                yield candidate, self._verify(lanes[0], candidate, state, live), waited_ms, 0
+            return
+        clock.parallel = True
+        with ThreadPoolExecutor(len(lanes), thread_name_prefix="ralph-lane") as pool:
+            while batch := list(itertools.islice(drafts, len(lanes))):
+                stop, began, done = threading.Event(), time.perf_counter(), 0
+                futures = []
+                for j, (candidate, _) in enumerate(batch):
+                    title = (
+                        f"{head} {clock.seen + 1}-{clock.seen + len(batch)}/{memory.drafted}"
+                        if j == 0
+                        else ""
+                    )
+                    live = self._live(title, start, candidate, stop)
+                    futures.append(pool.submit(self._verify, lanes[j], candidate, state, live))
+                try:
+                    for j, ((candidate, waited_ms), future) in enumerate(zip(batch, futures, strict=True)):
+                        report = future.result()
+                        done = j + 1
+                        yield candidate, report, waited_ms, j
+                finally:
+                    stop.set()
+                    clock.cancelled += self._discard(futures[done:], batch[done:], lanes[done : len(batch)])
+                    clock.ms += (time.perf_counter() - began) * 1000
+                    clock.seen += len(batch)
+
+    def _discard(
+        self, futures: list[Future[VerifyReport]], batch: list[tuple[Candidate, float]], lanes: list[Lane]
+    ) -> int:
+        """The lanes' verifications after the accepted one: waited for (each stops at its next step),
+        and an edit a lane accepted meanwhile taken out again. Returns how many were cancelled."""
+        cancelled = 0
+        for future, (candidate, _), lane in zip(futures, batch, lanes, strict=True):
+            try:
+                report = future.result()
+            except Cancelled:
+                cancelled += 1
+                continue
+            if report.accepted:
+                changes = tuple(report.changes or candidate.changes)
+                lane.workspace.revert_accepted(changes)
+                lane.verifier.reverted(changes)
+                lane.verifier.restored(lane.workspace.take_foreign())
+        return cancelled
+
+    def _lanes(self) -> list[Lane]:
+        return [Lane(self.workspace, self.verifier), *self.lanes]
+
+    def _adopt(self, winner: int, changes: tuple[FileChange, ...]) -> None:
+        """The edit lane `winner` accepted, taken into every other lane's state."""
+        for k, lane in enumerate(self._lanes()):
+            if k != winner:
+                lane.workspace.accept(changes)
+                lane.verifier.adopt(changes)
+                lane.verifier.restored(lane.workspace.take_foreign())
 
     def _drafts(
         self, name: str, context: DraftContext, n: int, memory: Memory
@@ -357,33 +457,57 @@ class Loop:
         )
 
     def _verify(
-        self, candidate: Candidate, state: Observation, progress: Callable[[str], None]
+        self, lane: Lane, candidate: Candidate, state: Observation, progress: Callable[[str], None]
     ) -> VerifyReport:
         """Apply, verify, and roll back unless accepted. The workspace always ends in a known state."""
+        workspace, verifier = lane.workspace, lane.verifier
         if candidate.error:
             return VerifyReport(False, candidate.error, failed_stage="parse")
         if not candidate.changes:
             return VerifyReport(False, "the edit changes nothing", failed_stage="parse")
         try:
-            if any(self.workspace.read(c.path) != c.before for c in candidate.changes):
+            if any(workspace.read(c.path) != c.before for c in candidate.changes):
                 return VerifyReport(
                     False, "stale edit: a file changed since it was drafted", failed_stage="apply"
                 )
-            self.workspace.apply(candidate.changes)
+            workspace.apply(candidate.changes)
         except (UnsafePath, UnicodeDecodeError) as exc:
             return VerifyReport(False, str(exc), failed_stage="apply")
         report = VerifyReport(False, "interrupted", failed_stage="interrupted")
         try:
-            report = self.verifier.verify(candidate, state, reset=self.workspace.restore, progress=progress)
+            report = verifier.verify(candidate, state, reset=workspace.restore, progress=progress)
         finally:
             # Back to exactly the accepted state (plus the edit, when accepted): files the
             # candidate's tests wrote, changed or replaced are undone before anything else runs.
             if report.accepted:
-                self.workspace.accept(report.changes or candidate.changes)
+                workspace.accept(report.changes or candidate.changes)
             else:
-                self.workspace.rollback(candidate.changes)
-            self.verifier.restored(self.workspace.take_foreign())
+                workspace.rollback(candidate.changes)
+            verifier.restored(workspace.take_foreign())
         return report
+
+
+class Cancelled(Exception):
+    """A lane's verification stopped at its next step: an earlier candidate was accepted."""
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A copy of the accepted state candidates are verified on, with its own verifier."""
+
+    workspace: Workspace
+    verifier: Verification
+
+
+@dataclass
+class Clock:
+    """An iteration's verification with lanes side by side: its wall time, candidates started, and
+    those cancelled."""
+
+    parallel: bool = False
+    ms: float = 0.0
+    seen: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)
@@ -401,18 +525,14 @@ class Provisional:
 
 @dataclass
 class States:
-    """Which state the loop stands on (by id: 0 is the start, each accept makes a new one), the last
-    whose gate passed, and the provisional ones between them, oldest first."""
+    """Which state the loop stands on (by id: 0 is where the run or its resumed segment started, else
+    the iteration whose accept made it), the last whose gate passed, and the provisional ones between
+    them, oldest first."""
 
     gated: Observation
     gated_id: int = 0
     current: int = 0
     provisional: list[Provisional] = field(default_factory=list)
-    _ids: int = 0
-
-    def new_id(self) -> int:
-        self._ids += 1
-        return self._ids
 
     @property
     def unconfirmed(self) -> bool:
@@ -424,6 +544,7 @@ class Memory:
     """What this run already tried: nothing is verified twice, models see what failed and why."""
 
     rejected: set[str] = field(default_factory=set)
+    rejected_on: dict[int, set[str]] = field(default_factory=dict)  # by the state they were judged on
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (diff, why), latest last
     best: tuple[str, str] | None = None  # the rejected edit that came closest, for a repair
     best_remaining: int | None = None
@@ -450,6 +571,14 @@ class Memory:
             spent, self._cost = self._cost, 0.0
         return spent
 
+    def forget(self, states: set[int]) -> None:
+        """States were undone (their gate failed): what was rejected only against them is not known
+        to fail on the state the loop goes back to."""
+        for state in states:
+            self.rejected -= self.rejected_on.pop(state, set())
+        for fingerprints in self.rejected_on.values():
+            self.rejected |= fingerprints
+
     def is_new(self, candidate: Candidate) -> bool:
         """False for an edit already rejected, or already proposed in this iteration's batch."""
         fingerprint = candidate.fingerprint
@@ -458,8 +587,10 @@ class Memory:
         self.batch.add(fingerprint)
         return True
 
-    def reject(self, candidate: Candidate, report: VerifyReport) -> None:
+    def reject(self, candidate: Candidate, report: VerifyReport, state: int = 0) -> None:
+        """`candidate` was rejected against `state`."""
         self.rejected.add(candidate.fingerprint)
+        self.rejected_on.setdefault(state, set()).add(candidate.fingerprint)
         entry = (candidate.diff or candidate.description, report.reason)
         self.attempts = [*self.attempts[-9:], entry]
         remaining = report.score.remaining if report.score is not None and candidate.changes else None

@@ -31,7 +31,8 @@ from ralph.gitops import (
     snapshot,
     working_bytes,
 )
-from ralph.loop import Budget, Loop, RunResult
+from ralph.loop import Budget, Lane, Loop, RunResult
+from ralph.report import undone
 from ralph.trace import TraceWriter, read_trace
 from router import create_router
 from sandboxes import hold_owner_lock, require_sandbox, select_sandbox, sweep_stale
@@ -174,10 +175,11 @@ def _rejected_and_tip(records: list[dict[str, Any]]) -> tuple[frozenset[str], st
     """What a run rejected (in line or by its background gate), and its branch's tip: the last commit
     an iteration (gated in line) or a background gate wrote. The branch holds gated states only: those
     whose gate had not passed when the run stopped are not on it, and are verified again."""
+    gone = undone(records)  # states a background gate undid: rejections judged on them do not count
     rejected = {
         c["fingerprint"]
         for r in records
-        if r["type"] == "iteration"
+        if r["type"] == "iteration" and r.get("on_state", 0) not in gone
         for c in r.get("candidates", [])
         if c.get("verdict") == "rejected" and c.get("fingerprint")
     }
@@ -229,6 +231,7 @@ def fix(
         baseline_s = time.monotonic() - began
         workspace.capture()  # what every candidate starts from, exactly
         gate = _background_gate(stack, tmp, workspace, toolchain, verifier, config, state)
+        lanes = _lanes(stack, tmp, workspace, toolchain, verifier, config)
         ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
         loop = Loop(
             task=config.task,
@@ -242,6 +245,7 @@ def fix(
             budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
             protected=verifier.protected,
             gate=gate,
+            lanes=lanes,
         )
         result = _drive(loop, state, resume, trace, branch_name)
         result.wall_s = time.monotonic() - began  # the whole run, the baseline included
@@ -369,6 +373,40 @@ def _background_gate(
     )
     stack.callback(gate.close)  # before its sandbox and files go
     return gate
+
+
+def _lanes(
+    stack: contextlib.ExitStack[bool | None],
+    tmp: Path,
+    workspace: Workspace,
+    toolchain: Toolchain,
+    verifier: Verifier,
+    config: RunConfig,
+) -> tuple[Lane, ...]:
+    """With `--jobs N`, N - 1 more copies of the accepted state to verify candidates on at once, each
+    with its own sandboxes and verifier (its own warm worker and type checker)."""
+    lanes = []
+    for k in range(1, config.verify_jobs):
+        clone = workspace.clone(tmp / f"lane{k}")
+        scratch = tmp / f"lane{k}-scratch"
+        scratch.mkdir()
+        sandbox = select_sandbox(clone.root, [scratch], config.sandbox)
+        checker = select_sandbox(clone.root, [], config.sandbox, workspace_writable=False)
+        for box in (sandbox, checker):
+            if callable(close := getattr(box, "close", None)):
+                stack.callback(close)
+        own = replace(
+            toolchain,
+            sandbox=sandbox,
+            checker=checker,
+            project=clone.project,
+            scratch=scratch,
+            root=clone.root,
+        )
+        sibling = verifier.sibling(own)
+        stack.callback(sibling.close)
+        lanes.append(Lane(clone, sibling))
+    return tuple(lanes)
 
 
 def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: list[str] | None) -> Verifier:

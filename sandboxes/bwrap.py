@@ -149,6 +149,8 @@ class BwrapSandbox:
         self._memory_parent = _cgroup_parent("memory")
         self._cgroups: list[Path] = []  # made by `wrap` for callers we cannot clean up after
         self._live: set[subprocess.Popen[bytes]] = set()  # what `run` runs now, for `cancel`
+        self._cancelled = False
+        self._starting = threading.Lock()  # a command starts, or the sandbox is cancelled: not both
         if os.geteuid() != 0:
             self.pids_cap = f"RLIMIT_NPROC={max_pids} in the sandbox's user namespace"
         elif self._cgroup_parent is not None:
@@ -195,16 +197,19 @@ class BwrapSandbox:
             # and RLIMIT_FSIZE caps the file at `file_bytes` on disk.
             with tempfile.TemporaryFile() as out:
                 command = self._command(argv, cwd=cwd, env=env, cgroups=cgroups, info_fd=info_write)
-                proc = subprocess.Popen(
-                    command,
-                    env={},  # bwrap's own environment is readable in the sandbox at /proc/1/environ
-                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(info_write,),
-                    start_new_session=True,
-                )
-                self._live.add(proc)
+                with self._starting:
+                    if self._cancelled:
+                        return ProcessResult(-9, "", 0.0, error="cancelled")
+                    proc = subprocess.Popen(
+                        command,
+                        env={},  # bwrap's own environment is readable in the sandbox at /proc/1/environ
+                        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=(info_write,),
+                        start_new_session=True,
+                    )
+                    self._live.add(proc)
                 os.close(info_write)
                 info_write = -1
                 init = _open_init(info_read)
@@ -230,8 +235,11 @@ class BwrapSandbox:
         return ProcessResult(returncode, output, time.monotonic() - start, timed_out, error=error)
 
     def cancel(self) -> None:
-        """Kill what `run` runs now (from another thread): bwrap dies, and with it (--die-with-parent)
-        everything in its sandbox; `run` returns at once with the kill's status."""
+        """Kill what `run` runs now (from another thread), and run nothing more: bwrap dies, and with
+        it (--die-with-parent) everything in its sandbox; `run` returns at once with the kill's status,
+        and every later `run` at once with "cancelled"."""
+        with self._starting:
+            self._cancelled = True
         for proc in list(self._live):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -41,6 +41,8 @@ class LocalSandbox:
         self.memory_bytes = memory_bytes
         self.max_output = max_output
         self._live: set[subprocess.Popen[bytes]] = set()  # what runs now, for `cancel`
+        self._cancelled = False
+        self._starting = threading.Lock()  # a command starts, or the sandbox is cancelled: not both
 
     def _limit(self, pid: int) -> None:
         # Set from outside, right after the start: a preexec_fn would force a full fork of this
@@ -59,15 +61,20 @@ class LocalSandbox:
         stdin: str | None = None,
     ) -> ProcessResult:
         """Run `argv` in `cwd` with an allowlisted environment plus `env`."""
-        started = self.start(argv, cwd=cwd, env=env, stdin=stdin)
-        self._live.add(started.proc)
+        with self._starting:
+            if self._cancelled:
+                return ProcessResult(-9, "", 0.0, error="cancelled")
+            started = self.start(argv, cwd=cwd, env=env, stdin=stdin)
+            self._live.add(started.proc)
         try:
             return started.wait(timeout_s)
         finally:
             self._live.discard(started.proc)
 
     def cancel(self) -> None:
-        """Kill what `run` runs now, with its process group (from another thread)."""
+        """Kill what `run` runs now, with its process group (from another thread), and run nothing more."""
+        with self._starting:
+            self._cancelled = True
         for proc in list(self._live):
             kill_group(proc)
 

@@ -186,6 +186,8 @@ class Workspace:
         # Each file's bytes as first seen: its line endings and byte-order mark are kept on every write.
         self._first: dict[str, bytes | None] = {}
         self._pristine = self.root.with_name(self.root.name + ".accepted")
+        self._made: set[tuple[str, ...]] = set()  # directories accepted edits made
+        self._modes: dict[tuple[str, ...], int] = {}  # modes of files accepted deletions removed
 
     @property
     def accepted_project(self) -> Path:
@@ -294,20 +296,39 @@ class Workspace:
             rel = self._rel(change.path)
             parts = safe_parts(rel)
             self._own.add(parts)
-            if change.after is None:
-                self._state.pop(parts, None)
-                with contextlib.suppress(OSError, UnsafePath), open_dir(self._pristine, parts[:-1]) as fd:
-                    os.unlink(parts[-1], dir_fd=fd)
-                continue
             previous = self._pristine.joinpath(*parts)
-            mode = stat.S_IMODE(previous.lstat().st_mode) if previous.is_file() else None
+            if change.after is None:
+                self._delete_accepted(parts, previous)
+                continue
+            mode = stat.S_IMODE(previous.lstat().st_mode) if previous.is_file() else self._modes.get(parts)
             written = write_beneath(self._pristine, rel, self.encode(change.path, change.after), mode=mode)
             ns = self._mtimes.get(rel, int(written.st_mtime)) * 1_000_000_000
             os.utime(previous, ns=(ns, ns))
             self._state[parts] = _Entry("file", (-1,))  # never matches: rewritten from the copy
             for i in range(1, len(parts)):
-                self._state.setdefault(parts[:i], _Entry("dir", (0o755,)))
+                if parts[:i] not in self._state:
+                    self._state[parts[:i]] = _Entry("dir", (0o755,))
+                    self._made.add(parts[:i])
         self.restore()
+
+    def _delete_accepted(self, parts: tuple[str, ...], previous: Path) -> None:
+        """An accepted deletion: the file leaves the state (its mode is kept, should it come back), and
+        so do the directories an accepted edit made that are now empty."""
+        state = self._state
+        assert state is not None  # (accept returns early without one)
+        if previous.is_file() and not previous.is_symlink():
+            self._modes[parts] = stat.S_IMODE(previous.lstat().st_mode)
+        state.pop(parts, None)
+        with contextlib.suppress(OSError, UnsafePath), open_dir(self._pristine, parts[:-1]) as fd:
+            os.unlink(parts[-1], dir_fd=fd)
+        for i in range(len(parts) - 1, 0, -1):
+            folder = parts[:i]
+            if folder not in self._made or any(k[:i] == folder and k != folder for k in state):
+                break
+            self._made.discard(folder)
+            state.pop(folder, None)
+            with contextlib.suppress(OSError, UnsafePath), open_dir(self._pristine, folder[:-1]) as fd:
+                os.rmdir(folder[-1], dir_fd=fd)
 
     def revert_accepted(self, changes: Sequence[FileChange]) -> None:
         """Take accepted `changes` (applied in order) out of the accepted state again."""

@@ -237,3 +237,69 @@ def test_ctrl_c_stops_the_gate_at_once_and_resume_redoes_the_ungated_state(make_
     assert resumed.returncode == 0, resumed.stderr
     assert _branch_files(repo, f"ralph/{run_id}", "windows.py") == FIXED
     assert os.path.exists(trace)
+
+
+def _slow_h(seconds: int) -> dict[str, str]:
+    sleeps = f"import time\n\nfrom f import h\n\n\ndef test_h():\n    time.sleep({seconds})\n    assert h(1) == 10\n"
+    return {**TWO_BUGS, "tests/test_h.py": sleeps}
+
+
+def test_a_run_whose_later_state_fails_its_gate_is_never_reported_green(make_repo, tmp_path):
+    repo = make_repo(_slow_h(3))
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix f", "files": {"f.py": F_FIXED}},
+        {"description": "fix g, break h", "files": {"f.py": F_FIXED_H_BROKEN, "g.py": G_FIXED}},
+    )
+    assert outcome.result.remaining > 0
+    gates = _records(outcome, "gate")
+    # The first gate passed while the loop stood on the second state (no error left): its record
+    # says what the gated state has left, not what the ungated one claimed.
+    assert gates[0]["verdict"] == "passed" and gates[0]["remaining"] == 1
+    assert run_stats(read_trace(outcome.trace)).time_to_green_s is None
+
+
+def test_what_was_rejected_against_an_undone_state_may_be_verified_again(make_repo, tmp_path):
+    repo = make_repo(_slow_h(5))
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix f, break h", "files": {"f.py": F_FIXED_H_BROKEN}},
+        {"description": "fix f", "files": {"f.py": F_FIXED}},  # no improvement on that state
+        {"description": "fix g", "files": {"g.py": G_FIXED}},
+        {"description": "fix f again", "files": {"f.py": F_FIXED}},
+        {"description": "fix g again", "files": {"g.py": G_FIXED}},
+    )
+    assert outcome.result.outcome == "goal"
+    assert _branch_files(repo, outcome.branch, "f.py") == F_FIXED
+
+
+def test_a_cancelled_gate_starts_nothing_more(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    began = time.monotonic()
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix", "files": {"windows.py": FIXED}},
+        max_seconds=4.0,
+        checks=["sleep 6", "sleep 6"],
+    )
+    assert time.monotonic() - began - outcome.baseline_s < 6.5, "the second check ran after the cancel"
+    assert outcome.result.outcome == "max_seconds"
+
+
+def test_the_time_budget_bounds_the_wait_for_the_last_gate_whatever_stopped_the_loop(make_repo, tmp_path):
+    repo = make_repo(
+        {**BUGGY_WINDOWS, "tests/test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(8)\n"}
+    )
+    began = time.monotonic()
+    outcome = _run(
+        repo,
+        tmp_path,
+        {"description": "fix", "files": {"windows.py": FIXED}},
+        max_seconds=2.0,
+        max_iterations=1,
+    )
+    assert time.monotonic() - began - outcome.baseline_s < 5
+    assert outcome.final_commit is None and outcome.result.exit_code == 1

@@ -115,3 +115,28 @@ def test_an_accepted_edit_keeps_the_files_mode_and_everything_else_is_undone(tmp
     (root / "run.sh").write_text("tampered\n")
     ws.restore()
     assert (root / "run.sh").read_text().endswith("echo hi\n")
+
+
+def test_taking_accepted_changes_out_again_restores_the_tree_exactly(tmp_path):
+    """A background gate that fails undoes its state: directories its new files made go, and a file
+    its edit deleted comes back with its mode."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    (root / "a.py").chmod(0o755)
+    ws = Workspace(root)
+    ws.capture()
+    added = [FileChange("pkg/new/mod.py", None, "y = 2\n")]
+    ws.apply(added)
+    ws.accept(added)
+    ws.revert_accepted(added)
+    assert sorted(p.name for p in root.iterdir()) == ["a.py"]
+    deleted = [FileChange("a.py", "x = 1\n", None)]
+    ws.apply(deleted)
+    ws.accept(deleted)
+    assert not (root / "a.py").exists()
+    ws.revert_accepted(deleted)
+    assert (root / "a.py").read_text() == "x = 1\n"
+    assert stat.S_IMODE((root / "a.py").stat().st_mode) == 0o755
+    ws.restore()  # and it stays so
+    assert sorted(p.name for p in root.iterdir()) == ["a.py"]

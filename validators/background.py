@@ -56,6 +56,7 @@ class BackgroundGate:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-gate")
         self._futures: list[tuple[int, Future[GateOutcome]]] = []
         self._cancelled = threading.Event()
+        self._broken: str | None = None  # why the gate's workspace is in no known state
 
     def submit(self, job: GateJob) -> None:
         self._futures.append((job.state, self._pool.submit(self._gate, job)))
@@ -102,7 +103,7 @@ class BackgroundGate:
             why = f"the background gate crashed: {type(exc).__name__}: {exc}"
             report = VerifyReport(False, f"gate: no verdict: {why}", failed_stage="gate")
         finally:
-            self._settle(job, report)
+            report = self._settle(job, report)
         report.duration_ms = (time.perf_counter() - start) * 1000
         if self._cancelled.is_set():
             return GateOutcome(job.state, "cancelled", report, report.duration_ms)
@@ -113,6 +114,8 @@ class BackgroundGate:
 
     def _judge(self, job: GateJob) -> VerifyReport:
         """The job's synchronous results against the gated state it builds on, then the gate."""
+        if self._broken is not None:
+            return VerifyReport(False, f"gate: no verdict: {self._broken}", failed_stage="gate")
         self.workspace.restore(job.changes)  # the gated state plus the edit, exactly
         candidate = replace(job.candidate, changes=job.changes)
         attempt = Attempt(self.verifier, candidate, self._tip_obs, reset=self.workspace.restore)
@@ -124,14 +127,22 @@ class BackgroundGate:
             return broken
         return attempt.report(True, f"gate passed: remaining error {attempt.before} -> {attempt.remaining}")
 
-    def _settle(self, job: GateJob, report: VerifyReport) -> None:
-        """The workspace back to the gated state: the job's state when it passed, else its parent."""
-        if report.accepted:
-            self.workspace.accept(job.changes)
-        else:
-            self.workspace.rollback(job.changes)
+    def _settle(self, job: GateJob, report: VerifyReport) -> VerifyReport:
+        """The workspace back to the gated state: the job's state when it passed, else its parent.
+        When that fails the copy is in no known state: this gate and every later one give no verdict."""
+        try:
+            if self._broken is None:
+                if report.accepted:
+                    self.workspace.accept(job.changes)
+                else:
+                    self.workspace.rollback(job.changes)
+        except Exception as exc:
+            self._broken = f"its workspace could not be put back: {type(exc).__name__}: {exc}"
         if self.toolchain.scratch is not None:
             empty_dir(self.toolchain.scratch)
+        if self._broken is not None:
+            return VerifyReport(False, f"gate: no verdict: {self._broken}", failed_stage="gate")
+        return report
 
 
 def _observed(stages: tuple[StageResult, ...]) -> list[StageResult]:

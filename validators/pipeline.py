@@ -283,11 +283,37 @@ class Verifier:
         report = self._run(self.sequence, candidate, current, reset, "", progress)
         if report.accepted:
             report.gated = not self.background
-            changes = report.changes or candidate.changes
-            self.coverage = remap_coverage(self.coverage, changes)
-            self.accepted_paths.update(c.path for c in changes)
-            self._import_graph = None
+            self.adopt(report.changes or candidate.changes)
         return report
+
+    def adopt(self, changes: Sequence[FileChange]) -> None:
+        """Accepted `changes` are part of the state now (this verifier's, or another lane's): the
+        coverage's lines move with them, and the sources are read again once the state is put back."""
+        self.coverage = remap_coverage(self.coverage, tuple(changes))
+        self.accepted_paths.update(c.path for c in changes)
+        self._import_graph = None
+
+    def sibling(self, toolchain: Toolchain) -> Verifier:
+        """A verifier for another copy of the accepted state (a lane candidates are verified on in
+        parallel): its own tools, warm worker and type checker on `toolchain`, what the baseline
+        observed shared (nothing is run again)."""
+        other = Verifier(
+            toolchain,
+            checks=self.checks.commands,
+            targets=self.targets,
+            types=self.mypy is not None,
+            protected=self.protected,
+            warm=self.warm is not None,
+            only=self.only,
+            test_timeout_s=self.tests.test_timeout_s,
+            background=self.background,
+        )
+        for name in ("coverage", "durations", "suite_s", "types_s", "test_files", "baseline_obs"):
+            setattr(other, name, getattr(self, name))
+        other.accepted_paths = set(self.accepted_paths)
+        other.disabled, other._ruff_drift = dict(self.disabled), self._ruff_drift
+        other.ruff.enabled = self.ruff.enabled
+        return other
 
     def reverted(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` were taken out of the accepted state (their background gate failed):

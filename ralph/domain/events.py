@@ -56,6 +56,8 @@ class IterationRecord(TypedDict):
     proposed: int  # what the drafter returned, duplicates and known failures included
     commit: str | None  # the branch's commit after this iteration
     state: NotRequired[int]  # the state its accept made, when that state's gate runs in the background
+    on_state: NotRequired[int]  # the state its candidates were judged on (with a background gate)
+    cancelled: NotRequired[int]  # candidates whose verification on a lane stopped for an earlier accept
 
 
 class GateRecord(TypedDict):
@@ -68,7 +70,7 @@ class GateRecord(TypedDict):
     reason: str
     failed_stage: str | None
     duration_ms: float
-    remaining: int  # the remaining error of the state the loop stands on afterwards
+    remaining: int  # the remaining error of the last gated state afterwards
     elapsed_s: float  # since the loop started
     tests_run: int
     stages: list[dict[str, Any]]

@@ -139,6 +139,10 @@ class Verification(Protocol):
         """Accepted `changes` were taken out of the accepted state again (their gate failed)."""
         ...
 
+    def adopt(self, changes: Sequence[FileChange]) -> None:
+        """Accepted `changes` (verified on another lane) are part of this verifier's state now."""
+        ...
+
 
 class Gate(Protocol):
     """Runs the full gate of provisionally accepted states beside the loop, one at a time, in the
