@@ -32,6 +32,15 @@ app = typer.Typer(
 err = Console(stderr=True, soft_wrap=True)
 
 
+def _stdout() -> Console:
+    """Standard output: tables fit a terminal's width; to a file or a pipe, nothing is wrapped or
+    cut (unless $COLUMNS says how wide)."""
+    console = Console(soft_wrap=True)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = 1000
+    return console
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -179,7 +188,7 @@ def _run_fix(
     if not path.is_dir():
         raise RalphError(f"{path}: no such directory")
     config, resumed = _fix_config(path, overrides, resume)
-    console = Console(soft_wrap=True)
+    console = _stdout()
     outcome = _run_session(
         path, config, resumed, console, branch=branch, apply=apply, trace=trace, quiet=as_json
     )
@@ -363,7 +372,7 @@ def doctor(
     table = Table(title="ralph doctor", show_header=False)
     for key, value in rows(facts):
         table.add_row(key, Text(value))
-    console = Console(soft_wrap=True)
+    console = _stdout()
     console.print(table)
     for problem, fix in found:
         console.print(Text(f"problem: {problem}; fix: {fix}"), highlight=False)
@@ -408,7 +417,7 @@ def report(
     if as_json:
         print(json.dumps(data))
         return
-    console = Console(soft_wrap=True)
+    console = _stdout()
     if plot:
         console.print(Text(f"plot written to {plot}"), highlight=False)
     if compare and len(data["drafters"]) < 2:
@@ -475,7 +484,7 @@ def bench_verify_command(
     table = Table(title=f"ralph bench verify {repo}", show_header=False)
     for key, value in summary.items():
         table.add_row(key, str(value))
-    Console().print(table)
+    _stdout().print(table)
 
 
 @bench.command("drafter")
@@ -503,7 +512,7 @@ def bench_drafter_command(
                 for v in (row[c] for c in ("setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"))
             )
         )
-    Console().print(table)
+    _stdout().print(table)
 
 
 @bench.command("fix")
@@ -558,7 +567,7 @@ def bench_fix_command(
         table.add_row(key, str(summary[key]))
     for name, d in summary["drafters"].items():
         table.add_row(f"r ({name})", f"{d['r']} over {d['iterations']} iterations")
-    Console().print(table)
+    _stdout().print(table)
 
 
 @app.command()

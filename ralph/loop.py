@@ -203,7 +203,14 @@ class Loop:
         if wait and bounded and self.budget.max_seconds is not None:
             left = max(0.0, self.budget.max_seconds - (time.monotonic() - start))
         began = time.monotonic()
-        finished = self.gate.finished(wait, left)
+        finished = self.gate.finished()
+        last = self.states.provisional[-1].state  # outcomes come in order: its is the last
+        while wait and (not finished or finished[-1].state != last):
+            step = 0.5 if left is None else min(0.5, began + left - time.monotonic())
+            if step <= 0:
+                break
+            self.view.progress(f"waiting for the background gate · {self.gate.status or 'starting'}")
+            finished += self.gate.finished(True, step)
         result.gate_wait_s += time.monotonic() - began
         for outcome in finished:
             state = self._gated(outcome, state, result, memory, start)
@@ -305,8 +312,9 @@ class Loop:
                 raise Cancelled
             if not head:
                 return
+            gating = f" · {self.gate.status}" if self.gate is not None and self.gate.status else ""
             self.view.progress(
-                f"{head} · {time.monotonic() - start:.0f}s · {candidate.description} · {stage}"
+                f"{head} · {time.monotonic() - start:.0f}s · {candidate.description} · {stage}{gating}"
             )
 
         return show

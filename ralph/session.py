@@ -455,12 +455,15 @@ def _baseline(
     verifier: Verifier, trace: TraceWriter, start: dict[str, object], resume: Resume | None, view: View
 ) -> Observation:
     """Verify the starting state in full and write the run_start record (with why, when it fails)."""
+    verifier.tests.progress = lambda text: view.progress(f"verifying the starting state · {text}")
     try:
         state, stages = verifier.baseline()
     except RalphError as exc:
         trace.write("run_start", **start, baseline={"error": str(exc)})
         trace.write("run_end", outcome="error", error=str(exc), iterations=0)
         raise
+    finally:
+        verifier.tests.progress = None
     if resume is not None:  # scores stay relative to the run's original starting state
         verifier.baseline_obs = resume.baseline
     for line in verifier.notices:

@@ -77,6 +77,8 @@ def plain(text: str) -> str:
 
 def summary_table(summary: dict[str, Any]) -> Table:
     table = Table(title="ralph fix", show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", overflow="fold")  # a long path folds to the terminal's width, never cut
     for key in ("outcome", "iterations", "accepted", "remaining", "branch", "trace", "wall_s", "baseline_s"):
         value = summary.get(key)
         table.add_row(key, Text("—" if value is None else plain(str(value))))

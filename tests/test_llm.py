@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -431,7 +432,8 @@ def test_identical_choices_make_one_candidate_that_carries_the_whole_calls_token
     )
 
 
-def test_a_mocked_reply_without_an_edit_becomes_an_error_candidate(mock_reply, project):
+def test_a_mocked_reply_without_an_edit_becomes_an_error_candidate(mock_reply, project, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     mock_reply("Could you share more of the code?")
     [candidate] = LLMDrafter("anthropic/claude-sonnet-4-5").draft(make_context(project), 2)
     assert candidate.error is not None and "no edit" in candidate.error
@@ -442,13 +444,55 @@ def test_a_mocked_reply_without_an_edit_becomes_an_error_candidate(mock_reply, p
 # --- construction -----------------------------------------------------------------------------------
 
 
-def test_the_factory_builds_a_drafter_and_names_unknown_options():
+def test_the_factory_builds_a_drafter_and_names_unknown_options(monkeypatch):
+    monkeypatch.setenv("INCEPTION_API_KEY", "sk-test")
     made = create_llm_drafter("inception/mercury-2", timeout_s=30, retries=1)
     assert isinstance(made, Drafter) and made.name == "llm:inception/mercury-2" and not made.fim
     with pytest.raises(RalphError, match="unknown option tmperature"):
         create_llm_drafter("inception/mercury-2", tmperature=0.5)
     with pytest.raises(RalphError, match="bad option value"):
         create_llm_drafter("inception/mercury-2", timeout_s="soon")
+
+
+def test_a_model_that_cannot_be_reached_whatever_the_retries_is_an_error_at_once(monkeypatch):
+    """No key for a hosted provider, or a model litellm cannot route: one line before the run starts
+    (litellm's "missing credentials" was retried like a network error: 28 s, then an error)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    with pytest.raises(RalphError, match=r"^llm:openai/gpt-4o-mini: \$OPENAI_API_KEY is not set; export it"):
+        LLMDrafter("openai/gpt-4o-mini")
+    with pytest.raises(RalphError, match="litellm cannot use this model: LLM Provider NOT provided"):
+        LLMDrafter("nosuchprovider/model", api_base="http://127.0.0.1:9/v1")
+    LLMDrafter("openai/gpt-4o-mini", api_base="http://127.0.0.1:9/v1")  # a local server needs no key
+
+
+def test_a_missing_key_through_the_command_line_is_bad_input_with_no_traceback(make_repo):
+    from tests.conftest import BUGGY_WINDOWS
+
+    repo = make_repo(BUGGY_WINDOWS)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE")
+    }
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--drafter", "openai/gpt-4o-mini"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert time.monotonic() - started < 30
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .startswith("ralph: error: llm:openai/gpt-4o-mini: $OPENAI_API_KEY")
+    )
+    assert "Traceback" not in out.stderr
 
 
 def test_importing_the_drafter_does_not_import_litellm():

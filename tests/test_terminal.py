@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -57,6 +58,17 @@ class Recorder:
 
     def progress(self, text: str) -> None:
         self.lines.append(text)
+
+
+def test_the_baseline_shows_how_far_it_is_and_announces_a_test_nearing_its_limit(make_repo):
+    slow = "import time\n\n\ndef test_slow():\n    time.sleep(7)\n"
+    repo = make_repo({**BUGGY_WINDOWS, "tests/test_slow.py": slow})
+    view = Recorder()
+    fix(repo, RunConfig(test_timeout_s=12, max_iterations=1, candidates=1), view=view)
+    baseline = [line for line in view.lines if line.startswith("verifying the starting state · ")]
+    assert any(re.search(r"tests \d/3 [▰▱]{20}", line) for line in baseline), baseline
+    announced = r"tests/test_slow.py::test_slow running for \d+ s \(its limit: 12 s\)"
+    assert any(re.search(announced, line) for line in baseline), baseline
 
 
 def test_the_live_line_says_which_candidate_of_how_many_the_time_and_the_step(make_repo):
@@ -124,3 +136,33 @@ def test_every_command_help_shows_its_defaults():
         [sys.executable, "-m", "ralph", "fix", "--help"], capture_output=True, text=True, env=env
     ).stdout
     assert "default" in fix_help.lower()
+
+
+def test_the_summary_is_never_wrapped_or_cut_when_the_output_is_not_a_terminal(make_repo):
+    repo = make_repo(BUGGY_WINDOWS, name="a-repository-with-a-long-name-" + "x" * 70)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run(
+        [sys.executable, "-m", "ralph", "fix", str(repo)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    trace = next(repo.glob(".ralph/runs/*/trace.jsonl"))
+    assert len(str(trace)) > 100
+    assert any(str(trace) in line for line in out.stdout.splitlines()), out.stdout
+    # In a narrow terminal (or $COLUMNS) the table fits the width: long values fold, nothing is cut.
+    narrow = subprocess.run(
+        [sys.executable, "-m", "ralph", "fix", str(repo)],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "70"},
+        timeout=120,
+        check=False,
+    )
+    assert narrow.returncode == 0, narrow.stderr
+    table = [line for line in narrow.stdout.splitlines() if line[:1] in "┌│├└"]
+    assert table and all(len(line) <= 70 for line in table), narrow.stdout
+    assert "…" not in narrow.stdout

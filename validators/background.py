@@ -51,12 +51,15 @@ class BackgroundGate:
         self.workspace = workspace
         self.toolchain = toolchain
         tests = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s)
+        self.status = ""  # what the gate is doing now, for the loop's live line
+        tests.progress = self._show
         self.steps = verifier.gate_steps(tests, CommandValidator(toolchain, checks))
         self._tip, self._tip_obs = 0, start  # the last state whose gate passed (0: the start)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-gate")
         self._futures: list[tuple[int, Future[GateOutcome]]] = []
         self._cancelled = threading.Event()
         self._broken: str | None = None  # why the gate's workspace is in no known state
+        self._running = 0  # the state being gated
 
     def submit(self, job: GateJob) -> None:
         self._futures.append((job.state, self._pool.submit(self._gate, job)))
@@ -90,6 +93,9 @@ class BackgroundGate:
         self.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def _show(self, text: str) -> None:
+        self.status = f"gating #{self._running}: {text}"
+
     def _gate(self, job: GateJob) -> GateOutcome:
         if self._cancelled.is_set():
             return GateOutcome(job.state, "cancelled")
@@ -97,6 +103,7 @@ class BackgroundGate:
             return GateOutcome(job.state, "discarded")
         start = time.perf_counter()
         report = VerifyReport(False, "background gate: no verdict: cancelled", failed_stage="gate")
+        self._running, self.status = job.state, f"gating #{job.state}"
         try:
             report = self._judge(job)
         except Exception as exc:
@@ -104,6 +111,7 @@ class BackgroundGate:
             report = VerifyReport(False, f"gate: no verdict: {why}", failed_stage="gate")
         finally:
             report = self._settle(job, report)
+            self.status = ""
         report.duration_ms = (time.perf_counter() - start) * 1000
         if self._cancelled.is_set():
             return GateOutcome(job.state, "cancelled", report, report.duration_ms)

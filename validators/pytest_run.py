@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ class PytestValidator:
         self.warm = warm
         self.test_timeout_s = test_timeout_s  # one test's limit (our plugin fails it, the run goes on)
         self.last_coverage: CoverageMap = {}
+        # Hears "tests k/N" while a run goes on, and a test nearing its time limit (long runs: the
+        # baseline, a background gate).
+        self.progress: Callable[[str], None] | None = None
 
     def check(
         self,
@@ -63,7 +67,16 @@ class PytestValidator:
             if guard:
                 (Path(tmp.path) / "guard.json").write_text(json.dumps(sorted(guard)))
                 env["RALPH_GUARD"] = str(Path(tmp.path) / "guard.json")
-            run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
+            watch = None
+            if self.progress is not None:
+                env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
+                watch = Watch(tmp, self.progress, min(self.test_timeout_s, scope.timeout_s))
+                watch.start()
+            try:
+                run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
+            finally:
+                if watch is not None:
+                    watch.stop()
             tests, end, unreadable, failing_records = _read_report(tmp, project)
             if coverage:
                 self.last_coverage = _read_coverage(tmp.read("coverage.json"), project)
@@ -228,6 +241,51 @@ def _no_verdict(
     if not (exitfirst and failing) and not stopped and len(items) < collected:
         return f"pytest collected {collected} tests but reported {len(items)}"
     return None
+
+
+class Watch(threading.Thread):
+    """Reads a running pytest's progress file (our plugin writes what it collected and each test as
+    it starts) twice a second and tells `show` how far it is: "tests 120/319", and the test that has
+    run for half its time limit or more. What the file says decides nothing: it is only shown."""
+
+    def __init__(self, tmp: ScratchDir, show: Callable[[str], None], limit_s: float) -> None:
+        super().__init__(daemon=True, name="ralph-progress")
+        self.tmp, self.show, self.limit_s = tmp, show, limit_s
+        self._done = threading.Event()
+        self._current: str | None = None
+        self._since = time.monotonic()
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        while not self._done.wait(0.5):
+            data = self.tmp.read("progress.jsonl", limit=1 << 20)
+            if data:
+                self.show(self.line(data.decode("utf-8", errors="replace")))
+
+    def line(self, text: str) -> str:
+        collected, started, current = None, 0, None
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("collected"), int):
+                collected = record["collected"]
+            elif isinstance(record, dict) and isinstance(record.get("started"), str):
+                started, current = started + 1, record["started"][:200]
+        if current != self._current:
+            self._current, self._since = current, time.monotonic()
+        shown = f"tests {max(0, started - 1)}/{collected}" if collected else "collecting"
+        if collected:
+            filled = round(20 * max(0, started - 1) / max(collected, 1))
+            shown += " " + "▰" * filled + "▱" * (20 - filled)
+        running = time.monotonic() - self._since
+        if current is not None and running >= max(5.0, self.limit_s / 2):
+            shown += f" · {current} running for {running:.0f} s (its limit: {self.limit_s:.0f} s)"
+        return shown
 
 
 def _read_report(tmp: ScratchDir, project: Path) -> tuple[list[TestResult], dict[str, Any] | None, bool, int]:

@@ -148,6 +148,11 @@ class Gate(Protocol):
     """Runs the full gate of provisionally accepted states beside the loop, one at a time, in the
     order submitted, each on its own copy of the state (validators.background.BackgroundGate)."""
 
+    @property
+    def status(self) -> str:
+        """What it is doing now ("gating #3: tests 120/319 ..."), or ""."""
+        ...
+
     def submit(self, job: GateJob) -> None: ...
 
     def finished(self, wait: bool = False, timeout: float | None = None) -> list[GateOutcome]:

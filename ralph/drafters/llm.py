@@ -179,6 +179,7 @@ class LLMDrafter:
                 f"{self.name}: timeout_s and max_tokens must be positive, retries and backoff_s not negative"
             )
         self._api_key()  # a missing api_key_env variable is a configuration error: say so before the run
+        self._check_provider_key()
         self._batches: bool | None = None  # whether the provider takes `n`; asked of litellm on first use
 
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
@@ -311,6 +312,28 @@ class LLMDrafter:
             missing = []
         return "set " + ", ".join(f"${name}" for name in missing) if missing else "check the API key"
 
+    def _check_provider_key(self) -> None:
+        """A model litellm cannot route, or a hosted one whose provider's key variable is not set: a
+        configuration error at once (litellm would say "missing credentials" on every attempt,
+        retried like a network error)."""
+        litellm = _litellm()
+        try:
+            litellm.get_llm_provider(self.model, api_base=self.api_base)
+        except Exception as exc:  # litellm raises assorted types for a model it cannot route
+            raise RalphError(f"{self.name}: litellm cannot use this model: {self._detail(exc)}") from None
+        if self.api_key_env or self.api_base or _local_base():
+            return
+        try:
+            missing = litellm.validate_environment(self.model).get("missing_keys") or []
+        except Exception:  # litellm may not know what this provider needs: the first call will say
+            return
+        if missing:
+            names = " or ".join(f"${name}" for name in missing)
+            raise RalphError(
+                f"{self.name}: {names} is not set; export it, or name the variable (api_key_env) or a "
+                f'server (api_base) under [tool.ralph.models."{self.model}"]'
+            )
+
     def _api_key(self) -> str | None:
         """The key to send, when litellm's own lookup of the provider's variable is not enough."""
         if self.api_key_env:
@@ -318,7 +341,7 @@ class LLMDrafter:
             if not key:
                 raise RalphError(f"{self.name}: ${self.api_key_env} is not set")
             return key
-        local = self.api_base or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
+        local = self.api_base or _local_base()
         if self.model.split("/", 1)[0] in ("openai", "text-completion-openai") and local:
             return None if os.environ.get("OPENAI_API_KEY") else _NO_KEY
         return None
@@ -404,6 +427,11 @@ def _cost(litellm: Any, response: Any, model: str) -> float | None:
     except Exception:  # no price for local and unlisted models: an unknown cost, not an error
         return None
     return float(cost) if cost is not None else None
+
+
+def _local_base() -> str | None:
+    """An OpenAI-compatible server named in the environment."""
+    return os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or None
 
 
 def _is_transient(exc: Exception) -> bool:

@@ -32,6 +32,7 @@ _SETTINGS = (
     "RALPH_FIRST",
     "RALPH_STOP_ON_PASS",
     "RALPH_GUARD",
+    "RALPH_PROGRESS",
 )
 _settings: dict[str, str] = {}
 _failed_seen = 0  # failing reports pytest gave us, counted apart from what `_write` records
@@ -81,6 +82,23 @@ def _write(record: dict) -> None:
         return
     _report_file.write(json.dumps(record) + "\n")
     _report_file.flush()
+
+
+def _progress(record: dict) -> None:
+    """For the host's progress line ($RALPH_PROGRESS, a file apart from the report: what it says
+    decides nothing): how many tests were collected, which one starts."""
+    path = _setting("RALPH_PROGRESS")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def pytest_collection_finish(session) -> None:
+    _progress({"collected": len(session.items)})
+
+
+def pytest_runtest_logstart(nodeid, location) -> None:
+    _progress({"started": nodeid})
 
 
 def _message(report) -> str:
