@@ -532,13 +532,15 @@ def bench_fix_command(
     ] = None,
     python: Annotated[str | None, typer.Option(help="The projects' interpreter.")] = None,
     background_gate: _BackgroundGate = None,
+    jobs: _Jobs = None,
 ) -> None:
     """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter."""
     from ralph.bench.fix import bench_fix
 
     console = Console(stderr=True, soft_wrap=True)
     config = {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
-    config |= {k: v for k, v in (("python", python), ("background_gate", background_gate)) if v is not None}
+    given = (("python", python), ("background_gate", background_gate), ("jobs", jobs))
+    config |= {k: v for k, v in given if v is not None}
     summary = bench_fix(
         tasks,
         out,

@@ -5,6 +5,7 @@ It depends on the Protocols of ralph.domain only; ralph/session.py wires the con
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -30,6 +31,8 @@ from ralph.domain.protocols import (
 )
 from ralph.domain.score import Observation, Score
 from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
+
+_DOWN_AFTER = 3  # failed drafts in a row after which a drafter is not asked again
 
 
 @dataclass(frozen=True)
@@ -401,10 +404,13 @@ class Loop:
         drafter = self.drafters[name]
         memory.new_batch(0)
         start = time.perf_counter()
+        if name in memory.down:  # it failed too often: nothing more to ask of it
+            return
         if getattr(drafter, "remote", False) and n > 1:
-            batches: Iterable[list[Candidate]] = _as_they_come(drafter, context, n, memory)
+            ask = functools.partial(self._ask, drafter, context, 1, memory)
+            batches: Iterable[list[Candidate]] = _as_they_come(ask, n, memory)
         else:
-            batches = [sorted(drafter.draft(context, n), key=_verification_order)]
+            batches = [sorted(self._ask(drafter, context, n, memory), key=_verification_order)]
         for batch in batches:
             memory.drafted += len(batch)
             memory.add_cost(batch)
@@ -412,6 +418,21 @@ class Loop:
                 if memory.is_new(candidate):
                     yield candidate, (time.perf_counter() - start) * 1000
                     start = time.perf_counter()
+
+    def _ask(self, drafter: Drafter, context: DraftContext, n: int, memory: Memory) -> list[Candidate]:
+        """`drafter.draft`, where a failure (a model that timed out, a server that died or answered
+        garbage) is that draft's failure, not the run's: an error candidate with the reason. After
+        `_DOWN_AFTER` failures in a row the drafter is not asked again (said once)."""
+        try:
+            drafted = drafter.draft(context, n)
+        except RalphError as exc:
+            if memory.failed(drafter.name, str(exc)):
+                self.view.notice(
+                    f"{drafter.name} failed {_DOWN_AFTER} times in a row; not asked again: {exc}"
+                )
+            return [Candidate(drafter.name, "the drafter failed", (), error=str(exc))]
+        memory.failures.pop(drafter.name, None)
+        return drafted
 
     def _record(
         self,
@@ -553,6 +574,8 @@ class Memory:
 
     rejected: set[str] = field(default_factory=set)
     rejected_on: dict[int, set[str]] = field(default_factory=dict)  # by the state they were judged on
+    failures: dict[str, int] = field(default_factory=dict)  # a drafter's failed drafts in a row
+    down: dict[str, str] = field(default_factory=dict)  # drafters not asked again, and why
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (diff, why), latest last
     best: tuple[str, str] | None = None  # the rejected edit that came closest, for a repair
     best_remaining: int | None = None
@@ -578,6 +601,15 @@ class Memory:
         with self._cost_lock:
             spent, self._cost = self._cost, 0.0
         return spent
+
+    def failed(self, drafter: str, why: str) -> bool:
+        """A draft of `drafter` failed; True when that makes it down (too many failures in a row)."""
+        with self._cost_lock:  # (remote drafts fail in their threads)
+            self.failures[drafter] = self.failures.get(drafter, 0) + 1
+            if self.failures[drafter] < _DOWN_AFTER or drafter in self.down:
+                return False
+            self.down[drafter] = why
+            return True
 
     def forget(self, states: set[int]) -> None:
         """States were undone (their gate failed): what was rejected only against them is not known
@@ -606,14 +638,12 @@ class Memory:
             self.best, self.best_remaining = entry, remaining
 
 
-def _as_they_come(
-    drafter: Drafter, context: DraftContext, n: int, memory: Memory
-) -> Iterator[list[Candidate]]:
-    """`drafter.draft(context, 1)` n times in parallel, each batch as soon as it is written. When the
-    loop stops listening (an accept), the requests not yet sent are cancelled and those in flight are
-    left to finish without holding the loop; what they cost is counted when they land."""
+def _as_they_come(ask: Callable[[], list[Candidate]], n: int, memory: Memory) -> Iterator[list[Candidate]]:
+    """`ask()` (one candidate's draft) n times in parallel, each batch as soon as it is written. When
+    the loop stops listening (an accept), the requests not yet sent are cancelled and those in flight
+    are left to finish without holding the loop; what they cost is counted when they land."""
     pool = ThreadPoolExecutor(max_workers=n)
-    futures = [pool.submit(drafter.draft, context, 1) for _ in range(n)]
+    futures = [pool.submit(ask) for _ in range(n)]
     try:
         for future in as_completed(futures):
             yield future.result()
@@ -648,7 +678,7 @@ def _summary(record: IterationRecord) -> IterationSummary:
 
 
 def _candidate_record(candidate: Candidate, report: VerifyReport) -> CandidateRecord:
-    return {
+    record: CandidateRecord = {
         "drafter": candidate.drafter,
         "description": candidate.description,
         "fingerprint": candidate.fingerprint,
@@ -658,6 +688,13 @@ def _candidate_record(candidate: Candidate, report: VerifyReport) -> CandidateRe
         "cost_usd": candidate.cost_usd,
         **report.to_json(),
     }
+    if candidate.meta:  # how it came to be (a model's raw reply, finish reason, latency), so that a
+        record["meta"] = _plain(candidate.meta)  # reply that gave no edit can be read afterwards
+    return record
+
+
+def _plain(meta: dict[str, object]) -> dict[str, object]:
+    return {str(k): v for k, v in meta.items() if isinstance(v, str | int | float | bool | type(None))}
 
 
 def _commit_message(candidate: Candidate, before: Score, report: VerifyReport) -> str:

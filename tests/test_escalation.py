@@ -37,4 +37,6 @@ def test_stall_escalates_to_the_deep_model_which_fixes_the_bug(make_repo, monkey
     assert [r["drafter"] for r in iterations][-1] == "llm:openai/fake-coder"
     assert "escalate" in iterations[-1]["route"]["reason"]
     assert iterations[-1]["candidates"][-1]["verdict"] == "accepted"
+    meta = iterations[-1]["candidates"][-1]["meta"]  # the raw reply, kept in the trace
+    assert "return abs(a - b)" in meta["reply"] and meta["finish_reason"] == "stop" and meta["latency_ms"] > 0
     assert "sk-test-SECRET-escalation" not in outcome.trace.read_text()

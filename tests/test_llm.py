@@ -548,3 +548,57 @@ def test_explicit_secrets_are_masked_and_short_or_harmless_values_are_not():
 )
 def test_secret_variables_are_recognised_by_name(name, secret):
     assert is_secret_name(name) is secret
+
+
+def test_a_model_that_repeats_itself_is_asked_again_with_a_higher_temperature(server, project):
+    server.reply(CHATTY_FIX)
+    server.reply(CHATTY_FIX)
+    server.reply(CHATTY_FIX)
+    model = drafter(server, temperature=0.2)
+    context = make_context(project)
+    for _ in range(3):
+        model.draft(context, 1)
+    temperatures = [r.body["temperature"] for r in server.requests]
+    assert temperatures[0] == pytest.approx(0.2)
+    assert temperatures[1] == pytest.approx(0.2)  # the first repeat is seen in this reply...
+    assert temperatures[2] == pytest.approx(0.5)  # ...and the next request is hotter
+    server.reply(CHATTY_FIX)
+    model.draft(make_context(project, state_id=1), 1)  # a new state starts cool again
+    assert server.requests[-1].body["temperature"] == pytest.approx(0.2)
+
+
+def test_a_model_that_keeps_failing_fails_its_drafts_not_the_run(make_repo, monkeypatch):
+    """A refused request is that draft's failure (an error candidate with the server's reason); after
+    three in a row the drafter is not asked again and the run ends with its trace closed."""
+    from ralph.config import RunConfig
+    from ralph.session import fix
+    from ralph.trace import read_trace
+    from ralph.view import QuietView
+    from tests.conftest import BUGGY_WINDOWS
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    repo = make_repo(BUGGY_WINDOWS)
+    notices: list[str] = []
+
+    class View(QuietView):
+        def notice(self, text: str) -> None:
+            notices.append(text)
+
+    with FakeModelServer() as fake:
+        for _ in range(5):
+            fake.fail(400, "Server is pinned to 'smol'; requested 'other'.")
+        config = RunConfig(
+            drafter="openai/other",
+            candidates=1,
+            max_iterations=6,
+            models={"openai/other": {"api_base": fake.base_url, "timeout_s": 10}},
+        )
+        outcome = fix(repo, config, view=View(notices=False))
+        asked = len(fake.requests)
+    assert asked == 3
+    assert outcome.result.outcome == "stalled"
+    records = read_trace(outcome.trace)
+    errors = [c["reason"] for r in records if r["type"] == "iteration" for c in r["candidates"]]
+    assert len(errors) == 3 and all("Server is pinned to 'smol'" in e for e in errors)
+    assert records[-1]["type"] == "run_end"
+    assert any("failed 3 times in a row; not asked again" in n for n in notices)

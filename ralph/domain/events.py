@@ -30,6 +30,7 @@ class CandidateRecord(VerdictRecord):
     draft_ms: float
     tokens: int | None
     cost_usd: float | None
+    meta: NotRequired[dict[str, Any]]  # the drafter's own notes (a model's reply, finish reason, latency)
 
 
 class RouteRecord(TypedDict):

@@ -26,6 +26,7 @@ import io
 import os
 import random
 import re
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -145,7 +146,11 @@ class _Hole:
 
 
 class LLMDrafter:
-    """A drafter backed by any litellm model; one completion per candidate."""
+    """A drafter backed by any litellm model; one completion per candidate. It is `remote`: the loop
+    asks for its candidates one request each, all at once, and verifies each as it arrives (a local
+    server may ignore `n`, and the first answer need not wait for the last)."""
+
+    remote = True
 
     def __init__(
         self,
@@ -181,6 +186,10 @@ class LLMDrafter:
         self._api_key()  # a missing api_key_env variable is a configuration error: say so before the run
         self._check_provider_key()
         self._batches: bool | None = None  # whether the provider takes `n`; asked of litellm on first use
+        self._lock = threading.Lock()  # (the loop asks from several threads at once)
+        self._state_id: int | None = None
+        self._proposed: set[str] = set()  # fingerprints proposed for that state
+        self._heat = 0.0  # added to the temperature while the model repeats itself
 
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
         """Up to `n` candidates from `n` completions, without duplicates or edits already rejected.
@@ -189,6 +198,8 @@ class LLMDrafter:
         """
         if n < 1:
             return []
+        with self._lock:
+            self._enter(context.state_id)
         if self.fim:
             hole = _fim_hole(context)
             if hole is None:
@@ -198,10 +209,29 @@ class LLMDrafter:
         else:
             calls = self._sample({"messages": _messages(context)}, n)
             drafts = [self._edit(context, c) for call in calls for c in call.completions]
+        self._warm_up_if_repeating(context.state_id, drafts)
         kept = _distinct(drafts, context.rejected)
         if not kept:  # say so to the model, and keep what the calls cost on the books
             kept = [Candidate(self.name, "a repeated edit", (), error=REPEATED, meta=drafts[0].meta)]
         return _share(kept, calls)
+
+    def _warm_up_if_repeating(self, state_id: int, drafts: list[Candidate]) -> None:
+        """A model that proposes an edit it already proposed for this state is asked again with a
+        higher temperature (up to 1.0); a new state starts from the configured one."""
+        with self._lock:
+            self._enter(state_id)
+            for draft in drafts:
+                if draft.changes and draft.fingerprint in self._proposed:
+                    self._heat = min(self._heat + 0.3, max(0.0, 1.0 - self.temperature))
+                self._proposed.add(draft.fingerprint)
+
+    def _enter(self, state_id: int) -> None:
+        if state_id != self._state_id:
+            self._state_id, self._proposed, self._heat = state_id, set(), 0.0
+
+    @property
+    def sampling_temperature(self) -> float:
+        return self.temperature + self._heat
 
     # --- calls -------------------------------------------------------------------------------------
 
@@ -232,7 +262,7 @@ class LLMDrafter:
         kwargs: dict[str, Any] = {
             **request,
             "model": self.model,
-            "temperature": self.temperature,
+            "temperature": self.sampling_temperature,
             "max_tokens": self.max_tokens,
             "timeout": self.timeout_s,
             "max_retries": 0,  # the OpenAI client's own retries would hide failures from the backoff below
