@@ -260,7 +260,9 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
         "trace": str(outcome.trace),
         "wall_s": round(result.wall_s, 2),  # the whole run, the baseline included
         "baseline_s": round(outcome.baseline_s, 2),
-        "cost_usd": result.cost_usd,
+        # Unknown (None) when every token came from a model of no known price, not 0.0.
+        "cost_usd": None if result.unpriced_tokens and not result.cost_usd else result.cost_usd,
+        "unpriced_tokens": result.unpriced_tokens,
         "applied": outcome.applied,
         "run_id": outcome.run_id,
         "disabled_stages": outcome.notices,

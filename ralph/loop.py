@@ -53,6 +53,7 @@ class RunResult:
     wall_s: float = 0.0
     history: list[IterationSummary] = field(default_factory=list)
     gate_wait_s: float = 0.0  # the loop waiting for background gates (verification, on its path)
+    unpriced_tokens: int = 0  # tokens of models whose price is unknown: their cost is not in cost_usd
     final: Score | None = None  # what still stands between the last state and the goal
     state: Observation | None = None  # the last accepted state, as observed
 
@@ -146,6 +147,7 @@ class Loop:
         result.iterations += 1
         spent = memory.spent()  # every draft's, verified or not (a duplicate cost tokens too)
         result.cost_usd += spent
+        result.unpriced_tokens = memory.unpriced_tokens
         times = (t0, draft_ms, start)
         record = self._record(
             result, decision, before, verdicts, times, memory.drafted, commit, spent
@@ -575,6 +577,7 @@ class Memory:
     rejected: set[str] = field(default_factory=set)
     rejected_on: dict[int, set[str]] = field(default_factory=dict)  # by the state they were judged on
     failures: dict[str, int] = field(default_factory=dict)  # a drafter's failed drafts in a row
+    unpriced_tokens: int = 0
     down: dict[str, str] = field(default_factory=dict)  # drafters not asked again, and why
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (diff, why), latest last
     best: tuple[str, str] | None = None  # the rejected edit that came closest, for a repair
@@ -590,6 +593,8 @@ class Memory:
     def add_cost(self, batch: list[Candidate]) -> None:
         with self._cost_lock:
             self._cost += sum(c.cost_usd or 0.0 for c in batch)
+            # Tokens of no known price (a local model): the cost is unknown, not zero.
+            self.unpriced_tokens += sum(c.tokens or 0 for c in batch if c.cost_usd is None)
 
     def add_late_cost(self, future: Future[list[Candidate]]) -> None:
         """A draft that finished after the loop moved on (called from its thread)."""

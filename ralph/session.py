@@ -293,6 +293,12 @@ def _drafters(config: RunConfig, view: View) -> tuple[dict[str, Drafter], Router
     router = create_router(
         config.router, fast=drafter.name, deep=deep.name if deep else None, n=config.candidates, k=config.k
     )
+    unpriced = [d.name for d in drafters.values() if getattr(d, "priced", True) is False]
+    if config.max_cost is not None and unpriced:
+        view.notice(
+            f"--max-cost cannot be enforced for {', '.join(unpriced)}: litellm knows no price for it "
+            "(a local model?); its tokens are counted, its cost is unknown"
+        )
     return drafters, router
 
 
@@ -554,6 +560,7 @@ def _write_end(
         baseline_s=round(baseline_s, 3),
         gate_wait_s=round(result.gate_wait_s, 3),
         cost_usd=result.cost_usd,
+        unpriced_tokens=result.unpriced_tokens,
         branch=branch_name if ralph_branch.tip else None,
         final_commit=ralph_branch.tip,
         applied=applied,

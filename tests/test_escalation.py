@@ -29,9 +29,13 @@ def test_stall_escalates_to_the_deep_model_which_fixes_the_bug(make_repo, monkey
             deep="openai/fake-coder",
             k=2,
             candidates=2,
+            max_cost=1.0,
             models={"openai/fake-coder": {"api_base": server.base_url, "timeout_s": 10}},
         )
-        outcome = fix(repo, config, view=QuietView(notices=False))
+        notices: list[str] = []
+        view = QuietView(notices=False)
+        view.notice = notices.append  # type: ignore[method-assign]
+        outcome = fix(repo, config, view=view)
     assert outcome.result.outcome == "goal"
     iterations = [r for r in read_trace(outcome.trace) if r["type"] == "iteration"]
     assert [r["drafter"] for r in iterations][-1] == "llm:openai/fake-coder"
@@ -40,3 +44,7 @@ def test_stall_escalates_to_the_deep_model_which_fixes_the_bug(make_repo, monkey
     meta = iterations[-1]["candidates"][-1]["meta"]  # the raw reply, kept in the trace
     assert "return abs(a - b)" in meta["reply"] and meta["finish_reason"] == "stop" and meta["latency_ms"] > 0
     assert "sk-test-SECRET-escalation" not in outcome.trace.read_text()
+    # A local model has no known price: said at the start, and its tokens are counted apart.
+    assert any("--max-cost cannot be enforced for llm:openai/fake-coder" in n for n in notices)
+    end = [r for r in read_trace(outcome.trace) if r["type"] == "run_end"][-1]
+    assert end["unpriced_tokens"] >= 160 and end["cost_usd"] == 0.0

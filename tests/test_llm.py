@@ -602,3 +602,13 @@ def test_a_model_that_keeps_failing_fails_its_drafts_not_the_run(make_repo, monk
     assert len(errors) == 3 and all("Server is pinned to 'smol'" in e for e in errors)
     assert records[-1]["type"] == "run_end"
     assert any("failed 3 times in a row; not asked again" in n for n in notices)
+
+
+def test_the_reply_budget_is_sized_to_the_code_in_question(server, project):
+    """A few times the code the prompt shows, not 4096 tokens a slow local model spends in its timeout."""
+    server.reply(CHATTY_FIX)
+    drafter(server).draft(make_context(project), 1)
+    assert 256 <= server.requests[0].body["max_tokens"] <= 400
+    server.reply(CHATTY_FIX)
+    drafter(server, max_tokens=260).draft(make_context(project, state_id=1), 1)
+    assert server.requests[1].body["max_tokens"] == 260  # the configured one is the cap

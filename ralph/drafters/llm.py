@@ -207,7 +207,8 @@ class LLMDrafter:
             calls = self._sample({"prompt": hole.prompt, "suffix": hole.tail}, n)
             drafts = [self._fill(hole, c) for call in calls for c in call.completions]
         else:
-            calls = self._sample({"messages": _messages(context)}, n)
+            request = {"messages": _messages(context), "max_tokens": self._reply_budget(context)}
+            calls = self._sample(request, n)
             drafts = [self._edit(context, c) for call in calls for c in call.completions]
         self._warm_up_if_repeating(context.state_id, drafts)
         kept = _distinct(drafts, context.rejected)
@@ -225,9 +226,29 @@ class LLMDrafter:
                     self._heat = min(self._heat + 0.3, max(0.0, 1.0 - self.temperature))
                 self._proposed.add(draft.fingerprint)
 
+    def _reply_budget(self, context: DraftContext) -> int:
+        """`max_tokens` sized to the edit: a few times the code the prompt shows (about 3.5 characters
+        a token), at least 256, at most the configured `max_tokens`. A slow local model asked for
+        4096 tokens ran every request into its timeout."""
+        shown = sum(len(s.text) for s in localize(context.project, context.suspicious))
+        if not shown:
+            return self.max_tokens
+        return max(min(256, self.max_tokens), min(self.max_tokens, int(3 * shown / 3.5) + 200))
+
     def _enter(self, state_id: int) -> None:
         if state_id != self._state_id:
             self._state_id, self._proposed, self._heat = state_id, set(), 0.0
+
+    @property
+    def priced(self) -> bool:
+        """Whether litellm knows this model's price (a local or unlisted model's cost is unknown)."""
+        try:
+            prompt, completion = _litellm().cost_per_token(
+                model=self.model, prompt_tokens=1000, completion_tokens=1000
+            )
+        except Exception:  # litellm raises for a model it has no price for
+            return False
+        return bool(prompt or completion)
 
     @property
     def sampling_temperature(self) -> float:
@@ -264,6 +285,7 @@ class LLMDrafter:
             "model": self.model,
             "temperature": self.sampling_temperature,
             "max_tokens": self.max_tokens,
+            **request,
             "timeout": self.timeout_s,
             "max_retries": 0,  # the OpenAI client's own retries would hide failures from the backoff below
             "drop_params": True,  # e.g. Inception's FIM endpoint takes no temperature
