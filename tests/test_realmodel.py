@@ -31,6 +31,7 @@ MISSING_RETURN = {
 def _models(api_base: str) -> str:
     return (
         '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n\n'
+        "[tool.ralph]\nk = 1  # escalate after one iteration without progress\n\n"
         '[tool.ralph.models."openai/smol"]\n'
         f'api_base = "{api_base}"\ntimeout_s = 120\ntemperature = 0.7\nmax_tokens = 200\n'
     )
