@@ -535,12 +535,18 @@ def bench_fix_command(
     python: Annotated[str | None, typer.Option(help="The projects' interpreter.")] = None,
     background_gate: _BackgroundGate = None,
     jobs: _Jobs = None,
+    settings: Annotated[
+        Path | None, typer.Option("--config", help="A ralph.toml for every task (models, checks, ...).")
+    ] = None,
 ) -> None:
     """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter."""
     from ralph.bench.fix import bench_fix
+    from ralph.config import check_config, read_toml
 
     console = Console(stderr=True, soft_wrap=True)
-    config = {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
+    config = read_toml(settings) if settings is not None else {}
+    config |= {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
+    check_config(config)
     given = (("python", python), ("background_gate", background_gate), ("jobs", jobs))
     config |= {k: v for k, v in given if v is not None}
     summary = bench_fix(

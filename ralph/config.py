@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,7 +26,9 @@ class ModelSettings(BaseModel):
     temperature: float = 0.2
     """Sampling temperature."""
     max_tokens: int = 4096
-    """Completion budget per call."""
+    """Completion budget per call (the most: each call asks for a few times the code in question)."""
+    prompt: Literal["search-replace", "function"] = "search-replace"
+    """The edit format asked for: SEARCH/REPLACE blocks, or the whole corrected function (small models)."""
 
 
 class RunConfig(BaseModel):
@@ -98,6 +100,25 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def read_toml(file: Path) -> dict[str, Any]:
+    """A ralph.toml's settings (bad input when unreadable)."""
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise RalphError(f"{file}: unreadable config ({exc})") from None
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def check_config(data: dict[str, Any]) -> RunConfig:
+    """`data` as a RunConfig; an unknown key or a bad value is bad input, said in one line."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RalphError(f"invalid configuration: {where}: {first['msg']}") from None
+
+
 def load_config(project: Path, overrides: dict[str, Any]) -> RunConfig:
     """Config from the project's files, then `overrides` (flags that were given) on top."""
     data: dict[str, Any] = {}
@@ -116,9 +137,4 @@ def load_config(project: Path, overrides: dict[str, Any]) -> RunConfig:
     if os.environ.get("RALPH_NO_SANDBOX", "") not in ("", "0"):
         data["sandbox"] = False
     data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return RunConfig.model_validate({k.replace("-", "_"): v for k, v in data.items()})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise RalphError(f"invalid configuration: {where}: {first['msg']}") from None
+    return check_config({k.replace("-", "_"): v for k, v in data.items()})

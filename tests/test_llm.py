@@ -637,3 +637,16 @@ def test_the_reply_budget_is_sized_to_the_code_in_question(server, project):
     server.reply(CHATTY_FIX)
     drafter(server, max_tokens=260).draft(make_context(project, state_id=1), 1)
     assert server.requests[1].body["max_tokens"] == 260  # the configured one is the cap
+
+
+def test_the_function_prompt_asks_for_the_corrected_function_and_replaces_it_by_name(server, project):
+    reply = '```python\ndef mean(xs):\n    """The arithmetic mean of xs."""\n    total = sum(xs)\n    return total / len(xs)\n```'
+    server.reply(reply)
+    [candidate] = drafter(server, prompt="function").draft(make_context(project), 1)
+    assert_fixed(candidate)
+    system, user = (m["content"] for m in server.requests[0].body["messages"])
+    assert "SEARCH" not in system + user
+    assert "def mean(xs):" in user and "assert 3.0 == 2.0" in user
+    assert user.endswith("Write the whole corrected function in one ```python block.")
+    with pytest.raises(RalphError, match="prompt must be one of search-replace, function"):
+        drafter(server, prompt="diff")

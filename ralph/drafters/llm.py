@@ -32,7 +32,7 @@ import urllib.parse
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ralph.context import localize, render
+from ralph.context import localize, render, trim_message
 from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
@@ -71,6 +71,13 @@ and long enough to match exactly one place.
 - Never edit test files: fix the code they test.
 - To create a new file, leave SEARCH empty.
 """
+
+# The edit formats a chat model is asked for: SEARCH/REPLACE blocks (any change, any file), or the
+# whole corrected function in one fence (what small models manage: SmolLM2-135M answered the long
+# SEARCH/REPLACE prompt with empty fences, and a short function prompt with the function).
+PROMPTS = ("search-replace", "function")
+
+FUNCTION_SYSTEM_PROMPT = "You fix bugs in Python code. You answer with code only."
 
 REPAIR_PROMPT = """\
 # Build on the latest attempt
@@ -164,6 +171,7 @@ class LLMDrafter:
         temperature: float = 0.2,
         max_tokens: int = 4096,
         fim: bool | None = None,
+        prompt: str = "search-replace",
         backoff_s: float = 1.0,
     ) -> None:
         """`fim=None` picks fill-in-the-middle for `text-completion-*` models, chat otherwise.
@@ -179,6 +187,9 @@ class LLMDrafter:
         self.temperature = float(temperature)
         self.max_tokens = int(max_tokens)
         self.fim = model.startswith("text-completion-") if fim is None else bool(fim)
+        if prompt not in PROMPTS:
+            raise RalphError(f"{self.name}: prompt must be one of {', '.join(PROMPTS)}, not {prompt!r}")
+        self.prompt = prompt
         self.backoff_s = float(backoff_s)
         if self.timeout_s <= 0 or self.retries < 0 or self.max_tokens < 1 or self.backoff_s < 0:
             raise RalphError(
@@ -208,7 +219,8 @@ class LLMDrafter:
             calls = self._sample({"prompt": hole.prompt, "suffix": hole.tail}, n)
             drafts = [self._fill(hole, c) for call in calls for c in call.completions]
         else:
-            request = {"messages": _messages(context), "max_tokens": self._reply_budget(context)}
+            messages = _function_messages(context) if self.prompt == "function" else None
+            request = {"messages": messages or _messages(context), "max_tokens": self._reply_budget(context)}
             calls = self._sample(request, n)
             drafts = [self._edit(context, c) for call in calls for c in call.completions]
         self._warm_up_if_repeating(context.state_id, drafts)
@@ -484,6 +496,30 @@ def _messages(context: DraftContext) -> list[dict[str, str]]:
     if context.attempts:
         prompt += "\n\n" + REPAIR_PROMPT
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+
+
+def _function_messages(context: DraftContext) -> list[dict[str, str]] | None:
+    """The short prompt: the first failure and the function it points at, and the corrected function
+    asked for in one fence (replaced by name: `parse_function_blocks`). None when no function is
+    suspected (the SEARCH/REPLACE prompt is used then)."""
+    snippets = localize(context.project, context.suspicious, limit=1)
+    if not snippets:
+        return None
+    snippet = snippets[0]
+    parts = []
+    if context.failing_tests:
+        test = context.failing_tests[0]
+        parts.append(f"The test {test.nodeid} fails:\n```\n{trim_message(test.message, 600)}\n```")
+    parts.append(f"This is the code in {snippet.path}:\n```python\n{snippet.text}\n```")
+    if context.attempts:
+        parts.append(
+            f"This attempt was rejected ({context.attempts[-1][1][:200]}):\n```diff\n{context.attempts[-1][0][:800]}\n```"
+        )
+    parts.append("Write the whole corrected function in one ```python block.")
+    return [
+        {"role": "system", "content": FUNCTION_SYSTEM_PROMPT},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
 
 
 def _choice_text(choice: Any) -> str:
