@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph.domain.errors import RalphError
-from ralph.report import run_stats
+from ralph.report import gated_progress, run_stats
 
 
 def plot_runs(loaded: Sequence[tuple[Path, list[dict[str, Any]]]], output: Path) -> None:
@@ -25,16 +25,14 @@ def plot_runs(loaded: Sequence[tuple[Path, list[dict[str, Any]]]], output: Path)
     markers = "os^vD<>ph*"
     for n, (path, records) in enumerate(loaded):
         stats = run_stats(records, str(path))
-        iterations = [r for r in records if r.get("type") == "iteration"]
-        if not iterations:
+        if not any(r.get("type") == "iteration" for r in records):
             continue
-        remaining = [iterations[0]["remaining_before"], *(r["remaining_after"] for r in iterations)]
-        elapsed = [0.0, *(r.get("elapsed_s", 0.0) for r in iterations)]
+        steps, times = gated_progress(records)  # what was gated: a provisional accept is no progress
         # Runs that overlap stay apart: a marker each, and a small vertical offset.
-        offset = [v + 0.04 * (n % 5) for v in remaining]
+        lift = 0.04 * (n % 5)
         style = {"where": "post", "label": run_label(records, stats), "marker": markers[n % len(markers)]}
-        by_step.step(range(len(remaining)), offset, markersize=4, **style)
-        by_time.step(elapsed, offset, markersize=4, **style)
+        by_step.step(range(len(steps)), [v + lift for v in steps], markersize=4, **style)
+        by_time.step([t for t, _ in times], [v + lift for _, v in times], markersize=4, **style)
     by_step.set(xlabel="iteration", ylabel="remaining error", title="Remaining error per iteration")
     by_time.set(
         xlabel="time since the loop started (s)", ylabel="remaining error", title="Remaining error over time"

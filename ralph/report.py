@@ -69,6 +69,26 @@ def undone(records: Sequence[dict[str, Any]]) -> set[int]:
     return failed | {i for s, i in iteration_of.items() if i not in passed}
 
 
+def gated_progress(records: Sequence[dict[str, Any]]) -> tuple[list[int], list[tuple[float, int]]]:
+    """The remaining error of the state the run stood on as gated: after each iteration (index 0 is
+    the start), and over time (seconds since the loop started). A provisional accept changes nothing
+    until its background gate passes; a gate that fails changes nothing."""
+    iterations = [r for r in records if r.get("type") == "iteration"]
+    current = int(iterations[0]["remaining_before"]) if iterations else 0
+    steps, times = [current], [(0.0, current)]
+    for r in records:
+        if r.get("type") == "iteration":
+            if r.get("accepted") and "state" not in r:  # gated in line
+                current = int(r["remaining_after"])
+            steps.append(current)
+            times.append((float(r.get("elapsed_s", 0.0)), current))
+        elif r.get("type") == "gate" and r.get("verdict") == "passed":
+            current = int(r["remaining"])
+            steps[-1] = current
+            times.append((float(r.get("elapsed_s", 0.0)), current))
+    return steps, times
+
+
 def _improved(record: dict[str, Any], undone: set[int]) -> bool:
     return (
         record.get("remaining_after", 0) < record.get("remaining_before", 0) and record.get("i") not in undone

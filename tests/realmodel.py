@@ -130,3 +130,48 @@ def serve(
             proc.kill()
             proc.wait(timeout=15)
         out.close()
+
+
+def bench(tasks: Path, out: Path, limit: int, iterations: int) -> None:
+    """`python -m tests.realmodel TASKS OUT [LIMIT] [ITERATIONS]`: `ralph bench fix` on the first LIMIT
+    tasks with the real model asked for SEARCH/REPLACE blocks, with it asked for the function, with
+    the offline drafter, and with the offline drafter escalating to the model (--router stall), all
+    against one server; then `ralph report --compare` over the traces."""
+    with serve(converted(), log=out / "serve.log") as base:
+        runs = {
+            "smol-search-replace": ("openai/smol", "search-replace", None),
+            "smol-function": ("openai/smol", "function", None),
+            "offline": ("mutation", "function", None),
+            "offline+smol": ("mutation", "function", "openai/smol"),
+        }
+        for name, (drafter, prompt, deep) in runs.items():
+            config = out / f"{name}.toml"
+            text = f'[models."openai/smol"]\napi_base = "{base}"\ntimeout_s = 120\nmax_tokens = 200\nprompt = "{prompt}"\n'
+            config.write_text((f'deep = "{deep}"\nk = 1\n' if deep else "") + text)
+            argv = [str(Path(sys.executable).with_name("ralph")), "bench", "fix", str(tasks)]
+            argv += [
+                "--limit",
+                str(limit),
+                "--drafter",
+                drafter,
+                "--config",
+                str(config),
+                "--candidates",
+                "2",
+            ]
+            argv += ["--max-iterations", str(iterations), "--out", str(out / name), "--json"]
+            started = time.monotonic()
+            result = subprocess.run(argv, capture_output=True, text=True, check=False)
+            (out / f"{name}.json").write_text(result.stdout)
+            print(
+                name, f"{time.monotonic() - started:.0f} s", result.stdout.strip()[:300], result.stderr[-300:]
+            )
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    destination = Path(args[1])
+    destination.mkdir(parents=True, exist_ok=True)
+    bench(
+        Path(args[0]), destination, int(args[2]) if len(args) > 2 else 6, int(args[3]) if len(args) > 3 else 3
+    )

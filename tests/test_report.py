@@ -116,3 +116,42 @@ def test_compare_groups_runs_by_their_drafters(tmp_path):
 def test_report_of_nothing_is_a_one_line_error(tmp_path):
     proc = run_ralph("report", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "no such trace file" in proc.stderr
+
+
+def test_progress_counts_a_state_once_its_gate_passed():
+    from ralph.report import gated_progress
+
+    records = [
+        {"type": "run_start"},
+        {
+            "type": "iteration",
+            "i": 1,
+            "remaining_before": 3,
+            "remaining_after": 2,
+            "accepted": True,
+            "elapsed_s": 1.0,
+        },
+        {
+            "type": "iteration",
+            "i": 2,
+            "remaining_before": 2,
+            "remaining_after": 1,
+            "accepted": True,
+            "state": 2,
+            "elapsed_s": 2.0,
+        },
+        {
+            "type": "iteration",
+            "i": 3,
+            "remaining_before": 1,
+            "remaining_after": 0,
+            "accepted": True,
+            "state": 3,
+            "elapsed_s": 3.0,
+        },
+        {"type": "gate", "iteration": 2, "verdict": "passed", "remaining": 1, "elapsed_s": 3.5},
+        {"type": "gate", "iteration": 3, "verdict": "rejected", "remaining": 1, "elapsed_s": 4.0},
+    ]
+    steps, times = gated_progress(records)
+    assert steps == [3, 2, 2, 1]  # the provisional accepts count when (and if) their gate passes
+    assert times == [(0.0, 3), (1.0, 2), (2.0, 2), (3.0, 2), (3.5, 1)]
