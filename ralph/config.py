@@ -27,8 +27,9 @@ class ModelSettings(BaseModel):
     """Sampling temperature."""
     max_tokens: int = 4096
     """Completion budget per call (the most: each call asks for a few times the code in question)."""
-    prompt: Literal["search-replace", "function"] = "search-replace"
-    """The edit format asked for: SEARCH/REPLACE blocks, or the whole corrected function (small models)."""
+    prompt: Literal["auto", "search-replace", "function"] = "auto"
+    """The edit format asked for: SEARCH/REPLACE blocks, or the whole corrected function (what small
+    models manage); auto: the function for a model served on this machine (a loopback api_base)."""
 
 
 class RunConfig(BaseModel):

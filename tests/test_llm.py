@@ -99,7 +99,8 @@ def make_context(project: Path, **overrides: object) -> DraftContext:
 
 
 def drafter(server: FakeModelServer, model: str = "openai/qwen-coder", **options: object) -> LLMDrafter:
-    return LLMDrafter(model, api_base=server.base_url, backoff_s=0.001, **options)  # type: ignore[arg-type]
+    settings = {"prompt": "search-replace", **options}  # (a loopback server would get the function prompt)
+    return LLMDrafter(model, api_base=server.base_url, backoff_s=0.001, **settings)  # type: ignore[arg-type]
 
 
 def fixed_fingerprint() -> str:
@@ -648,5 +649,7 @@ def test_the_function_prompt_asks_for_the_corrected_function_and_replaces_it_by_
     assert "SEARCH" not in system + user
     assert "def mean(xs):" in user and "assert 3.0 == 2.0" in user
     assert user.endswith("Write the whole corrected function in one ```python block.")
-    with pytest.raises(RalphError, match="prompt must be one of search-replace, function"):
+    with pytest.raises(RalphError, match="prompt must be auto, search-replace, function"):
         drafter(server, prompt="diff")
+    assert LLMDrafter("openai/smol", api_base=server.base_url).prompt == "function"  # local: auto
+    assert LLMDrafter("openai/gpt-4o-mini", api_base="https://api.example.com/v1").prompt == "search-replace"

@@ -171,7 +171,7 @@ class LLMDrafter:
         temperature: float = 0.2,
         max_tokens: int = 4096,
         fim: bool | None = None,
-        prompt: str = "search-replace",
+        prompt: str = "auto",
         backoff_s: float = 1.0,
     ) -> None:
         """`fim=None` picks fill-in-the-middle for `text-completion-*` models, chat otherwise.
@@ -187,9 +187,11 @@ class LLMDrafter:
         self.temperature = float(temperature)
         self.max_tokens = int(max_tokens)
         self.fim = model.startswith("text-completion-") if fim is None else bool(fim)
-        if prompt not in PROMPTS:
-            raise RalphError(f"{self.name}: prompt must be one of {', '.join(PROMPTS)}, not {prompt!r}")
-        self.prompt = prompt
+        if prompt not in (*PROMPTS, "auto"):
+            raise RalphError(f"{self.name}: prompt must be auto, {', '.join(PROMPTS)}, not {prompt!r}")
+        # auto: the function prompt for a model served on this machine (measured on SmolLM2-135M: 73%
+        # of replies were edits, against 14% asked for SEARCH/REPLACE blocks), else SEARCH/REPLACE.
+        self.prompt = prompt if prompt != "auto" else ("function" if self._is_local() else "search-replace")
         self.backoff_s = float(backoff_s)
         if self.timeout_s <= 0 or self.retries < 0 or self.max_tokens < 1 or self.backoff_s < 0:
             raise RalphError(
