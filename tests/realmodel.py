@@ -96,7 +96,12 @@ def _healthy(base: str) -> bool:
 
 @contextlib.contextmanager
 def serve(
-    folder: Path, *, threads: int = 1, log: Path | None = None, timeout_s: float = 300
+    folder: Path,
+    *,
+    threads: int = 1,
+    log: Path | None = None,
+    timeout_s: float = 300,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """`transformers serve` pinned to the model in `folder`, on a free loopback port, until the end of
     the block; yields the `api_base` (http://127.0.0.1:PORT/v1)."""
@@ -109,7 +114,7 @@ def serve(
         "TOKENIZERS_PARALLELISM": "false",
     }
     cli = Path(sys.executable).with_name("transformers")
-    argv = [str(cli), "serve", NAME, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    argv = [str(cli), "serve", NAME, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", *extra]
     out = (log or folder.parent / "serve.log").open("ab")
     proc = subprocess.Popen(argv, cwd=folder.parent, env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -168,8 +173,53 @@ def bench(tasks: Path, out: Path, limit: int, iterations: int) -> None:
             )
 
 
+def speed(out: Path) -> None:
+    """`python -m tests.realmodel speed OUT`: completion tokens/s of the server in each configuration,
+    one request at a time and two at once (64 tokens each, after a warm-up request)."""
+    import json
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompt = "Fix this Python function so add(2, 3) == 5:\n```python\ndef add(a, b):\n    return a - b\n```"
+    body = {"model": NAME, "messages": [{"role": "user", "content": prompt}], "max_tokens": 64}
+
+    def ask(base: str) -> int:
+        data = json.dumps({**body, "temperature": 0.7}).encode()
+        request = urllib.request.Request(
+            f"{base}/chat/completions", data, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=300) as answer:
+            return int(json.loads(answer.read())["usage"]["completion_tokens"])
+
+    configs = {
+        "fp32, 1 thread": (1, ()),
+        "fp32, 2 threads": (2, ()),
+        "bf16, 1 thread": (1, ("--dtype", "bfloat16")),
+        "fp32, 1 thread, continuous batching": (
+            1,
+            ("--continuous-batching", "--cb-num-blocks", "128", "--cb-block-size", "32"),
+        ),
+    }
+    for name, (threads, extra) in configs.items():
+        with serve(converted(), threads=threads, log=out / "speed.log", extra=extra) as base:
+            ask(base)
+            started, tokens = time.monotonic(), sum(ask(base) for _ in range(3))
+            alone = tokens / (time.monotonic() - started)
+            with ThreadPoolExecutor(2) as pool:
+                started = time.monotonic()
+                tokens = sum(pool.map(lambda _: ask(base), range(4)))
+            together = tokens / (time.monotonic() - started)
+        print(
+            f"{name}: {alone:.1f} tokens/s alone, {together:.1f} tokens/s in all with two at once", flush=True
+        )
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args[0] == "speed":
+        Path(args[1]).mkdir(parents=True, exist_ok=True)
+        speed(Path(args[1]))
+        sys.exit(0)
     destination = Path(args[1])
     destination.mkdir(parents=True, exist_ok=True)
     bench(
