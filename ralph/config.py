@@ -78,6 +78,9 @@ class RunConfig(BaseModel):
     background_gate: bool | None = None
     """Gate accepted states (the whole suite, every check) beside the loop; None: where 2+ cores are."""
 
+    plausibility: Literal["reject", "warn", "off"] = "reject"
+    """Signs of a wrong fix (a parameter that becomes unused, a name compared with itself, branches
+    that became the same): reject the candidate, only warn in the trace, or do not look."""
     jobs: int | None = Field(default=None, ge=1, le=32)
     """Candidates verified at once, each on its own copy; None: a core each, one left for drafting
     (and one for the background gate)."""

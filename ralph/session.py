@@ -426,6 +426,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         only=tuple(only) if only is not None else None,
         test_timeout_s=config.test_timeout_s,
         background=config.gates_in_background,
+        plausibility=config.plausibility,
     )
 
 

@@ -28,6 +28,7 @@ from validators.coverage import CoverageCache, remap_coverage
 from validators.failed_first import RecentFailures
 from validators.localize import suspicious_lines
 from validators.mypy import MypyValidator, plugin_files
+from validators.plausibility import PlausibilityValidator
 from validators.policy import refusal
 from validators.pytest_run import PytestValidator
 from validators.ruff import RuffValidator
@@ -46,6 +47,7 @@ from validators.stages import (
     FailingTestsStage,
     GateStage,
     LintStage,
+    PlausibilityStage,
     Reset,
     SelectedTestsStage,
     Step,
@@ -76,6 +78,7 @@ class Verifier:
         only: tuple[str, ...] | None = None,
         test_timeout_s: float = 60.0,
         background: bool = False,
+        plausibility: str = "reject",
     ) -> None:
         self.toolchain = toolchain
         # The gate runs beside the loop (validators/background.py): `verify` ends after the
@@ -91,6 +94,7 @@ class Verifier:
         # The workspace is ours: the bytecode of a compiled candidate can serve the tests' imports.
         self.syntax = SyntaxValidator(toolchain, write_bytecode=toolchain.reads_our_bytecode)
         self.ruff = RuffValidator(toolchain)
+        self.plausibility = PlausibilityValidator(toolchain, self.ruff.binary, plausibility)
         self.mypy = MypyValidator(toolchain) if types else None
         self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
@@ -118,7 +122,7 @@ class Verifier:
         """The static step; the order a candidate meets the stages in (each step runs only if the
         ones before it passed); and what a regressing candidate meets before the gate (what `ralph
         bench verify` times)."""
-        static = Step((SyntaxStage(self.syntax), LintStage(self.ruff)))
+        static = Step((SyntaxStage(self.syntax), LintStage(self.ruff), PlausibilityStage(self.plausibility)))
         sequence: tuple[Step, ...] = (
             replace(static, repair=self._safe_fixes),
             Step(
@@ -307,6 +311,7 @@ class Verifier:
             only=self.only,
             test_timeout_s=self.tests.test_timeout_s,
             background=self.background,
+            plausibility=self.plausibility.mode,
         )
         for name in ("coverage", "durations", "suite_s", "types_s", "test_files", "baseline_obs"):
             setattr(other, name, getattr(self, name))

@@ -20,6 +20,7 @@ from ralph.domain.score import Observation, is_under, regressions
 from ralph.domain.verdict import VerifyReport
 from validators.command import CommandValidator
 from validators.mypy import MypyValidator
+from validators.plausibility import PlausibilityValidator
 from validators.pytest_run import PytestValidator
 from validators.ruff import RuffValidator
 from validators.selection import CoverageMap, Selection
@@ -240,6 +241,21 @@ class LintStage(StartedStage):
 
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         return self.validator.start(Scope(paths=attempt.paths))
+
+
+@dataclass
+class PlausibilityStage(StartedStage):
+    """Signs of a wrong fix in what the edit changed: a parameter or variable that becomes unused, a
+    name compared with itself, branches that became the same (validators/plausibility.py)."""
+
+    validator: PlausibilityValidator
+    name: str = "plausibility"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return self.validator.mode != "off"
+
+    def start(self, attempt: Attempt) -> Callable[[], StageResult]:
+        return self.validator.start(attempt.candidate.changes)
 
 
 @dataclass

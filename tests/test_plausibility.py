@@ -1,0 +1,71 @@
+"""Signs of a wrong fix that weak tests let through, with real ruff on real repositories: a candidate
+that leaves a parameter of the function it edits unused is rejected with the parameter's name (or only
+warned about, when the project says so)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ralph.config import RunConfig
+from ralph.domain.candidate import FileChange
+from ralph.session import fix
+from ralph.trace import read_trace
+from ralph.view import QuietView
+from sandboxes.local import LocalSandbox
+from tests.conftest import git
+from validators.plausibility import PlausibilityValidator, changed_functions
+from validators.toolchain import Toolchain, ruff_bin
+
+CLAMP = {
+    "calc.py": "def clamp(value, low, high):\n    return max(low, min(value, low))\n",
+    # Weak: a fix that ignores `high` passes it too.
+    "tests/test_calc.py": "from calc import clamp\n\n\ndef test_clamp():\n    assert clamp(5, 0, 10) == 5\n",
+}
+IGNORES_HIGH = "def clamp(value, low, high):\n    return max(low, max(value, low))\n"
+FIXED = "def clamp(value, low, high):\n    return max(low, min(value, high))\n"
+
+
+def _run(repo: Path, tmp_path: Path, **config: object):
+    file = tmp_path / "edits.jsonl"
+    records = [
+        {"description": "ignore high", "files": {"calc.py": IGNORES_HIGH}},
+        {"files": {"calc.py": FIXED}},
+    ]
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    settings = RunConfig(drafter=f"replay:{file}", candidates=1, **config)
+    return fix(repo, settings, view=QuietView(notices=False))
+
+
+def test_a_fix_that_leaves_a_parameter_unused_is_rejected_naming_it(make_repo, tmp_path):
+    repo = make_repo(CLAMP)
+    outcome = _run(repo, tmp_path)
+    first, second = (r for r in read_trace(outcome.trace) if r["type"] == "iteration")
+    [rejected] = first["candidates"]
+    assert rejected["verdict"] == "rejected" and rejected["failed_stage"] == "plausibility"
+    assert "parameter `high` becomes unused" in rejected["reason"]
+    assert second["candidates"][0]["verdict"] == "accepted"
+    assert git(repo, "show", f"{outcome.branch}:calc.py") == FIXED
+
+
+def test_with_warn_it_is_said_in_the_trace_and_accepted(make_repo, tmp_path):
+    repo = make_repo(CLAMP)
+    outcome = _run(repo, tmp_path, plausibility="warn")
+    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")
+    [accepted] = first["candidates"]
+    assert accepted["verdict"] == "accepted"
+    stage = next(s for s in accepted["stages"] if s["stage"] == "plausibility")
+    assert "warning: calc.py:1: parameter `high` becomes unused (ARG001)" in stage["detail"]
+
+
+def test_only_the_functions_an_edit_changed_are_judged(tmp_path):
+    before = "def a(x, unused):\n    return x\n\n\ndef b(y):\n    return y + 1\n"
+    after = before.replace("y + 1", "y + 2")
+    assert changed_functions(before, after) == [(5, 6)]
+    checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    assert checker.start([FileChange("m.py", before, after)])().ok  # `a` keeps its unused parameter
+    touched = after.replace("return x", "return x * 1")
+    result = checker.start([FileChange("m.py", before, touched)])()
+    assert not result.ok and "parameter `unused` becomes unused" in result.detail
+    itself = before.replace("return y + 1", "return y == y")
+    assert "compared with itself" in checker.start([FileChange("m.py", before, itself)])().detail

@@ -1,0 +1,143 @@
+"""Is the edit plausible as a fix? Signs of a wrong fix that weak tests can let through, in the
+functions the candidate changed: a parameter or variable left unused (`clamp(value, low, high)` whose
+edited body does not use `high`), a name compared with itself, branches or conditional arms that are
+the same. A function the edit touched is expected to come out right, whatever it was before: an edit
+that leaves its parameter unused is no fix of it.
+
+ruff finds them (these rules only, whatever the project selects: `--isolated`) in each changed Python
+file's new text, given through stdin (nothing of the candidate runs, nothing is written); those inside
+a changed function are reported as diagnostics of the `plausibility` tool, which the runner rejects as
+it rejects any new diagnostic. With `warn`, they are only said in the stage's detail.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from collections.abc import Callable, Sequence
+
+from ralph.domain.candidate import FileChange
+from ralph.domain.results import Diagnostic, StageResult
+from sandboxes.local import Started
+from validators.toolchain import Toolchain
+
+RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
+MODES = ("reject", "warn", "off")
+_MAX_TEXT = 2 << 20  # a file this large is not checked (a generated module)
+
+
+def _explain(code: str, message: str) -> str:
+    """ruff's message as a reason a reader of a rejected fix understands."""
+    name = message.split("`")[1] if message.count("`") >= 2 else ""
+    if code in ("ARG001", "ARG002") and name:
+        return f"parameter `{name}` becomes unused"
+    if code == "F841" and name:
+        return f"variable `{name}` becomes unused"
+    if code == "PLR0124":
+        return f"a name is compared with itself ({message})"
+    if code == "SIM114":
+        return "two branches became the same"
+    if code == "RUF034":
+        return "both arms of a conditional expression became the same"
+    return message
+
+
+class PlausibilityValidator:
+    name = "plausibility"
+
+    def __init__(self, toolchain: Toolchain, binary: str, mode: str = "reject") -> None:
+        self.toolchain = toolchain
+        self.binary = binary
+        self.mode = mode
+
+    def start(self, changes: Sequence[FileChange], timeout_s: float = 30.0) -> Callable[[], StageResult]:
+        """Start ruff on each changed file's new text; calling the result waits for the verdict."""
+        start = time.perf_counter()
+        files = [
+            c for c in changes if c.path.endswith(".py") and c.after is not None and len(c.after) <= _MAX_TEXT
+        ]
+        if self.mode == "off" or not files:
+            return lambda: StageResult(
+                self.name, ok=True, duration_ms=0.0, skipped=True, detail="nothing to check"
+            )
+        running = [(c, self._start(c.path, c.after or "")) for c in files]
+
+        def collect() -> StageResult:
+            found: list[Diagnostic] = []
+            for change, process in running:
+                try:
+                    after = self._read(process.wait(timeout_s).output)
+                except ValueError as exc:  # ruff did not answer: no verdict, never a silent pass
+                    why = f"ruff gave no findings for {change.path}: {exc}"
+                    return StageResult(self.name, ok=False, duration_ms=_ms(start), detail=why, error=why)
+                spans = changed_functions(change.before or "", change.after or "")
+                found += [
+                    Diagnostic(self.name, change.path, line, code, _explain(code, message))
+                    for code, message, line in after
+                    if any(first <= line <= last for first, last in spans)
+                ]
+            detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
+            checked = [(self.name, c.path) for c in files]
+            if self.mode == "warn":
+                warned = f"warning: {detail}" if detail else "nothing new"
+                return StageResult(self.name, ok=True, duration_ms=_ms(start), detail=warned)
+            return StageResult(
+                self.name,
+                ok=not found,
+                duration_ms=_ms(start),
+                detail=detail or "nothing new",
+                diagnostics=found,
+                checked=checked,
+            )
+
+        return collect
+
+    def _start(self, path: str, text: str) -> Started:
+        argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(RULES)}"]
+        argv += ["--output-format=json", "--exit-zero", "--stdin-filename", path, "-"]
+        return self.toolchain.tools.start(
+            argv, cwd=str(self.toolchain.project), env={"RAYON_NUM_THREADS": "1"}, stdin=text
+        )
+
+    @staticmethod
+    def _read(output: str) -> list[tuple[str, str, int]]:
+        records = json.loads(output)  # (ValueError when it is not ruff's JSON)
+        if not isinstance(records, list):
+            raise ValueError("not a list of findings")
+        found = []
+        for record in records:
+            try:
+                found.append((str(record["code"]), str(record["message"]), int(record["location"]["row"])))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return found
+
+
+def _ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1000
+
+
+def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
+    """The line spans (first, last) of the functions of `after` whose lines the edit changed."""
+    try:
+        tree = ast.parse(after)
+    except (SyntaxError, ValueError):
+        return []
+    old, new = before.splitlines(), after.splitlines()
+    limit = min(len(old), len(new))
+    head = 0
+    while head < limit and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    # The lines between what both sides share at the start and the end (a deletion: the line after it).
+    low, high = head + 1, max(head + 1, len(new) - tail)
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if first <= high and low <= node.end_lineno:
+                spans.append((first, node.end_lineno))
+    return spans
