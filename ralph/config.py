@@ -25,8 +25,8 @@ class ModelSettings(BaseModel):
     """Per-call timeout."""
     temperature: float = 0.2
     """Sampling temperature."""
-    max_tokens: int = 4096
-    """Completion budget per call (the most: each call asks for a few times the code in question)."""
+    max_tokens: int | None = None
+    """Completion budget per call; none: a few times the code in question (256 to 4096)."""
     prompt: Literal["auto", "search-replace", "function"] = "auto"
     """The edit format asked for: SEARCH/REPLACE blocks, or the whole corrected function (what small
     models manage); auto: the function for a model served on this machine (a loopback api_base)."""
@@ -91,9 +91,8 @@ class RunConfig(BaseModel):
 
     @property
     def verify_jobs(self) -> int:
-        if self.jobs is not None:
-            return self.jobs
-        return max(1, usable_cores() - 1 - self.gates_in_background)
+        jobs = self.jobs if self.jobs is not None else usable_cores() - 1 - self.gates_in_background
+        return max(1, min(jobs, self.candidates))  # a lane per candidate at most
 
 
 def usable_cores() -> int:

@@ -126,6 +126,7 @@ class Loop:
         verdicts: list[CandidateRecord] = []
         context = self._context(state, memory)
         on_state = self.states.current
+        memory.asked, memory.remote = decision.n, bool(getattr(self.drafters[decision.drafter], "remote", 0))
         drafts = self._drafts(decision.drafter, context, decision.n, memory)  # draft
         head = f"#{result.iterations + 1} {decision.drafter}"
         clock = Clock()
@@ -144,6 +145,7 @@ class Loop:
                 winner = None
         if winner is not None:  # every other lane takes the accepted edit in too
             self._adopt(*winner)
+        self._down_if_failing(decision.drafter, memory)
         result.iterations += 1
         spent = memory.spent()  # every draft's, verified or not (a duplicate cost tokens too)
         result.cost_usd += spent
@@ -336,8 +338,9 @@ class Loop:
         the drafter's order. With several lanes, up to one candidate per lane is verified at once;
         when the consumer stops (an accept), those after it are cancelled at their next step."""
         head, start = where
-        lanes = self._lanes()
-        if len(lanes) == 1:
+        lanes = self._lanes()[: max(1, memory.asked)]
+        if len(lanes) == 1 or memory.remote:  # (a remote drafter's candidates come one by one: each
+            # is verified as it arrives, while the others are still being written)
             for k, (candidate, waited_ms) in enumerate(drafts):
                 live = self._live(f"{head} {k + 1}/{max(memory.drafted, k + 1)}", start, candidate)
                 yield candidate, self._verify(lanes[0], candidate, state, live), waited_ms, 0
@@ -421,19 +424,22 @@ class Loop:
                     yield candidate, (time.perf_counter() - start) * 1000
                     start = time.perf_counter()
 
+    def _down_if_failing(self, name: str, memory: Memory) -> None:
+        if why := memory.end_batch(self.drafters[name].name):
+            self.view.notice(
+                f"{name}: every draft failed {_DOWN_AFTER} iterations in a row; not asked again: {why}"
+            )
+
     def _ask(self, drafter: Drafter, context: DraftContext, n: int, memory: Memory) -> list[Candidate]:
         """`drafter.draft`, where a failure (a model that timed out, a server that died or answered
         garbage) is that draft's failure, not the run's: an error candidate with the reason. After
-        `_DOWN_AFTER` failures in a row the drafter is not asked again (said once)."""
+        `_DOWN_AFTER` iterations in a row whose every draft failed, the drafter is not asked again."""
         try:
             drafted = drafter.draft(context, n)
         except RalphError as exc:
-            if memory.failed(drafter.name, str(exc)):
-                self.view.notice(
-                    f"{drafter.name} failed {_DOWN_AFTER} times in a row; not asked again: {exc}"
-                )
+            memory.failed(drafter.name, str(exc))
             return [Candidate(drafter.name, "the drafter failed", (), error=str(exc))]
-        memory.failures.pop(drafter.name, None)
+        memory.answered(drafter.name)
         return drafted
 
     def _record(
@@ -576,8 +582,12 @@ class Memory:
 
     rejected: set[str] = field(default_factory=set)
     rejected_on: dict[int, set[str]] = field(default_factory=dict)  # by the state they were judged on
-    failures: dict[str, int] = field(default_factory=dict)  # a drafter's failed drafts in a row
+    failures: dict[str, int] = field(default_factory=dict)  # a drafter's failed iterations in a row
+    asked: int = 1  # candidates asked of the drafter this iteration
+    remote: bool = False  # and whether it is a remote one
+    _batch: dict[str, bool] = field(default_factory=dict)  # this iteration: drafter -> any draft came
     unpriced_tokens: int = 0
+    _why: str = ""
     down: dict[str, str] = field(default_factory=dict)  # drafters not asked again, and why
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (diff, why), latest last
     best: tuple[str, str] | None = None  # the rejected edit that came closest, for a repair
@@ -607,14 +617,30 @@ class Memory:
             spent, self._cost = self._cost, 0.0
         return spent
 
-    def failed(self, drafter: str, why: str) -> bool:
-        """A draft of `drafter` failed; True when that makes it down (too many failures in a row)."""
-        with self._cost_lock:  # (remote drafts fail in their threads)
+    def failed(self, drafter: str, why: str) -> None:
+        """A draft of `drafter` failed (called from the drafts' threads)."""
+        with self._cost_lock:
+            self._batch.setdefault(drafter, False)
+            self._why = why
+
+    def answered(self, drafter: str) -> None:
+        with self._cost_lock:
+            self._batch[drafter] = True
+
+    def end_batch(self, drafter: str) -> str | None:
+        """The iteration's drafting is over: an iteration in which every draft failed counts once
+        (parallel requests to a busy server fail together); returns why, when that makes the drafter
+        down (`_DOWN_AFTER` such iterations in a row)."""
+        with self._cost_lock:
+            came = self._batch.pop(drafter, None)
+            if came is None or came:
+                self.failures.pop(drafter, None)
+                return None
             self.failures[drafter] = self.failures.get(drafter, 0) + 1
             if self.failures[drafter] < _DOWN_AFTER or drafter in self.down:
-                return False
-            self.down[drafter] = why
-            return True
+                return None
+            self.down[drafter] = self._why
+            return self._why
 
     def forget(self, states: set[int]) -> None:
         """States were undone (their gate failed): what was rejected only against them is not known

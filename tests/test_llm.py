@@ -595,7 +595,8 @@ def test_a_model_that_repeats_itself_is_asked_again_with_a_higher_temperature(se
 
 def test_a_model_that_keeps_failing_fails_its_drafts_not_the_run(make_repo, monkeypatch):
     """A refused request is that draft's failure (an error candidate with the server's reason); after
-    three in a row the drafter is not asked again and the run ends with its trace closed."""
+    three iterations in a row whose every draft failed, the drafter is not asked again and the run
+    ends with its trace closed."""
     from ralph.config import RunConfig
     from ralph.session import fix
     from ralph.trace import read_trace
@@ -611,33 +612,34 @@ def test_a_model_that_keeps_failing_fails_its_drafts_not_the_run(make_repo, monk
             notices.append(text)
 
     with FakeModelServer() as fake:
-        for _ in range(5):
+        for _ in range(6):
             fake.fail(400, "Server is pinned to 'smol'; requested 'other'.")
         config = RunConfig(
             drafter="openai/other",
-            candidates=1,
+            candidates=2,  # two requests at once, failing together: one failed iteration each time
             max_iterations=6,
             models={"openai/other": {"api_base": fake.base_url, "timeout_s": 10}},
         )
         outcome = fix(repo, config, view=View(notices=False))
         asked = len(fake.requests)
-    assert asked == 3
+    assert asked == 6
     assert outcome.result.outcome == "stalled"
     records = read_trace(outcome.trace)
     errors = [c["reason"] for r in records if r["type"] == "iteration" for c in r["candidates"]]
-    assert len(errors) == 3 and all("Server is pinned to 'smol'" in e for e in errors)
+    assert len(errors) == 6 and all("Server is pinned to 'smol'" in e for e in errors)
     assert records[-1]["type"] == "run_end"
-    assert any("failed 3 times in a row; not asked again" in n for n in notices)
+    assert any("every draft failed 3 iterations in a row; not asked again" in n for n in notices)
 
 
 def test_the_reply_budget_is_sized_to_the_code_in_question(server, project):
-    """A few times the code the prompt shows, not 4096 tokens a slow local model spends in its timeout."""
+    """Unless configured: a few times the code the prompt shows, not 4096 tokens a slow local model
+    spends in its timeout."""
     server.reply(CHATTY_FIX)
     drafter(server).draft(make_context(project), 1)
     assert 256 <= server.requests[0].body["max_tokens"] <= 400
     server.reply(CHATTY_FIX)
     drafter(server, max_tokens=260).draft(make_context(project, state_id=1), 1)
-    assert server.requests[1].body["max_tokens"] == 260  # the configured one is the cap
+    assert server.requests[1].body["max_tokens"] == 260  # a configured one is used as given
 
 
 def test_the_function_prompt_asks_for_the_corrected_function_and_replaces_it_by_name(server, project):

@@ -389,7 +389,8 @@ class Verifier:
             if after is None:
                 return None
             changes.append(FileChange(change.path, change.before, after))
-        fixed = Attempt(self, replace(attempt.candidate, changes=tuple(changes)), current, attempt.reset)
+        candidate = replace(attempt.candidate, changes=tuple(changes))
+        fixed = Attempt(self, candidate, current, attempt.reset, progress=attempt.progress)
         note = "applied ruff's safe fixes: " + ", ".join(codes)
         fixed.stages = [*attempt.stages, StageResult("ruff-fix", ok=True, duration_ms=0.0, detail=note)]
         fixed.amended = True

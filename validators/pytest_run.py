@@ -275,12 +275,12 @@ class Watch(threading.Thread):
             if isinstance(record, dict) and isinstance(record.get("collected"), int):
                 collected = record["collected"]
             elif isinstance(record, dict) and isinstance(record.get("started"), str):
-                started, current = started + 1, record["started"][:200]
+                started, current = started + 1, " ".join(record["started"][:200].split())
         if current != self._current:
             self._current, self._since = current, time.monotonic()
         shown = f"tests {max(0, started - 1)}/{collected}" if collected else "collecting"
         if collected:
-            filled = round(20 * max(0, started - 1) / max(collected, 1))
+            filled = min(20, round(20 * max(0, started - 1) / max(collected, 1)))
             shown += " " + "▰" * filled + "▱" * (20 - filled)
         running = time.monotonic() - self._since
         if current is not None and running >= max(5.0, self.limit_s / 2):

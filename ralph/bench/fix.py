@@ -147,6 +147,8 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
         repo = _prepare(task, root)
         # The task's own [tool.ralph] (its models' api_base, max_tokens, timeouts), the bench's flags on top.
         settings = load_config(repo, config) if task.source is not None else RunConfig(**config)
+        # ...except isolation: only the bench's own settings (or RALPH_NO_SANDBOX) may turn it off.
+        settings = settings.model_copy(update={"sandbox": load_config(root / "no-such-dir", config).sandbox})
         outcome = fix(repo, settings, view=QuietView(notices=False), trace_path=trace)
         python = next((r.get("python") for r in read_trace(trace) if r["type"] == "run_start"), None)
         naive_s = _naive_run_s(repo, python, limit_s=max(5.0, 2 * outcome.baseline_s))

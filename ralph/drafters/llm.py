@@ -105,6 +105,7 @@ _MAX_RETRY_AFTER_S = 60.0
 # OpenAIException - Incorrect API key provided: ..."
 _EXCEPTION_PREFIX_RE = re.compile(r"^(?:(?:litellm\.)?\w*(?:Error|Exception|Timeout)\s*[:-]\s*)+")
 _REPLY_META_CHARS = 4000
+_MAX_REPLY = 4096  # tokens a reply may take when max_tokens is not configured
 _DETAIL_CHARS = 300
 _DESCRIPTION_CHARS = 120
 # The key vLLM and SGLang document for servers started without one; the OpenAI client refuses no key.
@@ -169,7 +170,7 @@ class LLMDrafter:
         timeout_s: float = 120,
         retries: int = 3,
         temperature: float = 0.2,
-        max_tokens: int = 4096,
+        max_tokens: int | None = None,
         fim: bool | None = None,
         prompt: str = "auto",
         backoff_s: float = 1.0,
@@ -185,7 +186,8 @@ class LLMDrafter:
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
         self.temperature = float(temperature)
-        self.max_tokens = int(max_tokens)
+        # None: sized to the code in question for each request; a number: used as given.
+        self.max_tokens = int(max_tokens) if max_tokens is not None else None
         self.fim = model.startswith("text-completion-") if fim is None else bool(fim)
         if prompt not in (*PROMPTS, "auto"):
             raise RalphError(f"{self.name}: prompt must be auto, {', '.join(PROMPTS)}, not {prompt!r}")
@@ -193,7 +195,7 @@ class LLMDrafter:
         # of replies were edits, against 14% asked for SEARCH/REPLACE blocks), else SEARCH/REPLACE.
         self.prompt = prompt if prompt != "auto" else ("function" if self._is_local() else "search-replace")
         self.backoff_s = float(backoff_s)
-        if self.timeout_s <= 0 or self.retries < 0 or self.max_tokens < 1 or self.backoff_s < 0:
+        if self.timeout_s <= 0 or self.retries < 0 or (self.max_tokens or 1) < 1 or self.backoff_s < 0:
             raise RalphError(
                 f"{self.name}: timeout_s and max_tokens must be positive, retries and backoff_s not negative"
             )
@@ -242,13 +244,13 @@ class LLMDrafter:
                 self._proposed.add(draft.fingerprint)
 
     def _reply_budget(self, context: DraftContext) -> int:
-        """`max_tokens` sized to the edit: a few times the code the prompt shows (about 3.5 characters
-        a token), at least 256, at most the configured `max_tokens`. A slow local model asked for
+        """`max_tokens` as configured, else sized to the edit: a few times the code the prompt shows
+        (about 3.5 characters a token), at least 256, at most 4096. A slow local model asked for
         4096 tokens ran every request into its timeout."""
-        shown = sum(len(s.text) for s in localize(context.project, context.suspicious))
-        if not shown:
+        if self.max_tokens is not None:
             return self.max_tokens
-        return max(min(256, self.max_tokens), min(self.max_tokens, int(3 * shown / 3.5) + 200))
+        shown = sum(len(s.text) for s in localize(context.project, context.suspicious))
+        return _MAX_REPLY if not shown else max(256, min(_MAX_REPLY, int(3 * shown / 3.5) + 200))
 
     def _enter(self, state_id: int) -> None:
         if state_id != self._state_id:
@@ -299,7 +301,7 @@ class LLMDrafter:
             **request,
             "model": self.model,
             "temperature": self.sampling_temperature,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.max_tokens or _MAX_REPLY,
             **request,
             "timeout": self.timeout_s,
             "max_retries": 0,  # the OpenAI client's own retries would hide failures from the backoff below
@@ -405,7 +407,8 @@ class LLMDrafter:
 
     def _is_local(self) -> bool:
         """Whether the model is served on this machine (a loopback api_base)."""
-        base = self.api_base or _local_base() or ""
+        openai = self.model.split("/", 1)[0] in ("openai", "text-completion-openai")
+        base = self.api_base or (_local_base() if openai else None) or ""
         host = urllib.parse.urlparse(base).hostname or ""
         return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
 

@@ -40,6 +40,8 @@ _failed_seen = 0  # failing reports pytest gave us, counted apart from what `_wr
 # failing tests fixed?), or at the first failure of a test in $RALPH_GUARD (a JSON list file of the
 # tests that pass in the accepted state: that failure is a regression, the verdict is known).
 _guard: frozenset[str] = frozenset()
+_progress_file = None
+_open = open  # as it is when this module loads, before any of the project's code runs
 _session = None
 _stopped: str | None = None
 
@@ -55,6 +57,7 @@ def arm() -> None:
         if value is not None:
             _settings[name] = value
     _report_file = open(_settings["RALPH_REPORT"], "a", encoding="utf-8")  # noqa: SIM115
+    _progress({"armed": True})  # (opens the progress file now, when there is one)
     global _guard
     if _settings.get("RALPH_GUARD"):  # read now, before any of the project's code has run
         with open(_settings["RALPH_GUARD"], encoding="utf-8") as f:
@@ -86,11 +89,19 @@ def _write(record: dict) -> None:
 
 def _progress(record: dict) -> None:
     """For the host's progress line ($RALPH_PROGRESS, a file apart from the report: what it says
-    decides nothing): how many tests were collected, which one starts."""
+    decides nothing): how many tests were collected, which one starts. Opened once, when the
+    settings are read (a test suite that patches `open` must not break it), and never an error."""
+    global _progress_file
     path = _setting("RALPH_PROGRESS")
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+    if not path:
+        return
+    try:
+        if _progress_file is None:
+            _progress_file = _open(path, "a", encoding="utf-8")
+        _progress_file.write(json.dumps(record) + "\n")
+        _progress_file.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def pytest_collection_finish(session) -> None:
