@@ -95,7 +95,8 @@ class PlausibilityValidator:
 
     def _start(self, path: str, text: str) -> Started:
         argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(RULES)}"]
-        argv += ["--output-format=json", "--exit-zero", "--stdin-filename", path, "-"]
+        # `--stdin-filename=PATH` as one argument: a file named like an option stays a file name.
+        argv += ["--output-format=json", "--exit-zero", f"--stdin-filename={path}", "-"]
         return self.toolchain.tools.start(
             argv, cwd=str(self.toolchain.project), env={"RAYON_NUM_THREADS": "1"}, stdin=text
         )
