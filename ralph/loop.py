@@ -161,11 +161,7 @@ class Loop:
             record["cancelled"] = clock.cancelled
         if self.gate is not None:
             record["on_state"] = on_state
-        if (
-            commit is None
-            and self.states.provisional
-            and self.states.provisional[-1].iteration == record["i"]
-        ):
+        if commit is None and self.states.provisional and self.states.provisional[-1].state == record["i"]:
             record["state"] = self.states.current
         self.trace.write("iteration", **record)  # first the trace, then the branch
         if commit is not None:
@@ -185,7 +181,7 @@ class Loop:
         if self.gate is None:  # a verifier wired to gate beside a loop that has no gate: never commit
             raise RalphError("internal error: a verdict whose gate is to run beside the loop, and no gate")
         unconfirmed = any(s.stage == "tests" and s.stopped_early for s in report.stages)
-        entry = Provisional(i, self.states.current, i, candidate, changes, message, unconfirmed)
+        entry = Provisional(i, self.states.current, candidate, changes, message, unconfirmed)
         self.states.provisional.append(entry)
         self.states.current = entry.state
         stages = tuple(report.stages)
@@ -260,7 +256,7 @@ class Loop:
         self._gate_record(outcome, entry, result, start, self.branch.tip, [s.state for s in undone[1:]])
         if outcome.verdict == "rejected":
             self.view.notice(
-                f"iteration {entry.iteration}'s edit failed its background gate and is undone"
+                f"iteration {entry.state}'s edit failed its background gate and is undone"
                 + (f" with {len(undone) - 1} built on it" if len(undone) > 1 else "")
                 + f": {report.reason if report else outcome.verdict}"
             )
@@ -278,7 +274,7 @@ class Loop:
         report = outcome.report
         record: GateRecord = {
             "state": entry.state,
-            "iteration": entry.iteration,
+            "iteration": entry.state,
             "fingerprint": entry.candidate.fingerprint,
             "verdict": outcome.verdict,
             "reason": report.reason if report is not None else outcome.verdict,
@@ -551,9 +547,8 @@ class Clock:
 class Provisional:
     """A state accepted on its targeted stages, waiting for its background gate."""
 
-    state: int
+    state: int  # (a state's id is the iteration whose accept made it)
     parent: int
-    iteration: int
     candidate: Candidate
     changes: tuple[FileChange, ...]
     message: str  # its commit's, once the gate passes

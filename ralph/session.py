@@ -16,7 +16,7 @@ from ralph.branch import RalphBranch
 from ralph.config import RunConfig
 from ralph.domain.candidate import PROTECTED_TESTS
 from ralph.domain.errors import RalphError
-from ralph.domain.protocols import Drafter, Router, View
+from ralph.domain.protocols import Drafter, Router, Sandbox, View
 from ralph.domain.results import StageResult
 from ralph.domain.score import Observation
 from ralph.drafters import create_drafter
@@ -321,6 +321,25 @@ def _workspace(tmp: Path, snap: Snapshot, branch_name: str, resume: Resume | Non
     return workspace
 
 
+def _sandboxes(
+    stack: contextlib.ExitStack[bool | None],
+    root: Path,
+    scratch: Path,
+    config: RunConfig,
+    checker: bool = True,
+) -> tuple[Sandbox, Sandbox | None]:
+    """The sandbox a copy's tests run in (with `scratch`, made here, writable), and the type checker's
+    (it reads the candidate's files and executes none: it writes nothing); both closed at the end."""
+    scratch.mkdir()
+    boxes = [select_sandbox(root, [scratch], config.sandbox)]
+    if checker:
+        boxes.append(select_sandbox(root, [], config.sandbox, workspace_writable=False))
+    for box in boxes:
+        if callable(close := getattr(box, "close", None)):
+            stack.callback(close)
+    return boxes[0], boxes[1] if checker else None
+
+
 def _toolchain(
     stack: contextlib.ExitStack[bool | None],
     tmp: Path,
@@ -331,13 +350,7 @@ def _toolchain(
 ) -> Toolchain:
     """The sandboxes candidates run in (closed at the end) and the project's interpreter."""
     scratch = tmp / "scratch"
-    scratch.mkdir()
-    sandbox = select_sandbox(workspace.root, [scratch], config.sandbox)
-    # The type checker reads the candidate's files and executes none: it writes nothing.
-    checker = select_sandbox(workspace.root, [], config.sandbox, workspace_writable=False)
-    for box in (sandbox, checker):
-        if callable(close := getattr(box, "close", None)):
-            stack.callback(close)
+    sandbox, checker = _sandboxes(stack, workspace.root, scratch, config)
     if not config.sandbox:
         view.notice("--no-sandbox: candidate code runs without isolation (rlimits and timeouts only)")
     toolchain = Toolchain(
@@ -369,10 +382,7 @@ def _background_gate(
         return None
     clone = workspace.clone(tmp / "gate")
     scratch = tmp / "gate-scratch"
-    scratch.mkdir()
-    sandbox = select_sandbox(clone.root, [scratch], config.sandbox)
-    if callable(close := getattr(sandbox, "close", None)):
-        stack.callback(close)
+    sandbox, _ = _sandboxes(stack, clone.root, scratch, config, checker=False)
     own = replace(toolchain, sandbox=sandbox, project=clone.project, scratch=scratch, root=clone.root)
     gate = BackgroundGate(
         verifier, clone, own, config.checks, start=state, test_timeout_s=config.test_timeout_s
@@ -395,12 +405,7 @@ def _lanes(
     for k in range(1, config.verify_jobs):
         clone = workspace.clone(tmp / f"lane{k}")
         scratch = tmp / f"lane{k}-scratch"
-        scratch.mkdir()
-        sandbox = select_sandbox(clone.root, [scratch], config.sandbox)
-        checker = select_sandbox(clone.root, [], config.sandbox, workspace_writable=False)
-        for box in (sandbox, checker):
-            if callable(close := getattr(box, "close", None)):
-                stack.callback(close)
+        sandbox, checker = _sandboxes(stack, clone.root, scratch, config)
         own = replace(
             toolchain,
             sandbox=sandbox,

@@ -25,6 +25,10 @@ from validators.background import BackgroundGate
 FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
 # Fixes the failing test and breaks a passing one the targeted stage does not run.
 FIXED_AND_BROKEN = FIXED.replace("return x * 2", "return x * 3")
+BREAK_THEN_FIX = (
+    {"description": "fix and break", "files": {"windows.py": FIXED_AND_BROKEN}},
+    {"description": "fix", "files": {"windows.py": FIXED}},
+)
 
 
 def _replay(tmp_path: Path, *records: dict) -> str:
@@ -53,8 +57,7 @@ def test_what_the_gate_rejects_is_undone_and_never_reaches_the_branch(make_repo,
     outcome = _run(
         repo,
         tmp_path,
-        {"description": "fix and break", "files": {"windows.py": FIXED_AND_BROKEN}},
-        {"description": "fix", "files": {"windows.py": FIXED}},
+        *BREAK_THEN_FIX,
     )
     assert outcome.result.outcome == "goal"
     first, second = _records(outcome, "iteration")[:2]
@@ -81,8 +84,7 @@ def test_the_same_candidates_gated_in_line_give_the_same_branch(make_repo, tmp_p
     outcome = _run(
         repo,
         tmp_path,
-        {"description": "fix and break", "files": {"windows.py": FIXED_AND_BROKEN}},
-        {"description": "fix", "files": {"windows.py": FIXED}},
+        *BREAK_THEN_FIX,
         background_gate=False,
     )
     assert outcome.result.outcome == "goal"

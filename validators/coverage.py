@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ralph.domain.candidate import FileChange
+from ralph.domain.candidate import FileChange, shared_ends
 from validators.policy import PYTEST_CONFIG_FILES
 from validators.selection import CoverageMap
 
@@ -75,13 +75,7 @@ class _LineMap:
     def __init__(self, change: FileChange) -> None:
         before = (change.before or "").splitlines()
         after = (change.after or "").splitlines()
-        limit = min(len(before), len(after))
-        head = 0
-        while head < limit and before[head] == after[head]:
-            head += 1
-        tail = 0
-        while tail < limit - head and before[-1 - tail] == after[-1 - tail]:
-            tail += 1
+        head, tail = shared_ends(before, after)
         self.head, self.old_end, self.delta = head, len(before) - tail, len(after) - len(before)
         self.middle: dict[int, tuple[int, ...]] = {}
         old, new = before[head : len(before) - tail], after[head : len(after) - tail]

@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
-from ralph.domain.candidate import FileChange
+from ralph.domain.candidate import FileChange, shared_ends
 from ralph.domain.results import Diagnostic, StageResult
 from sandboxes.local import Started
 from validators.toolchain import Toolchain
@@ -126,13 +126,7 @@ def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
     except (SyntaxError, ValueError):
         return []
     old, new = before.splitlines(), after.splitlines()
-    limit = min(len(old), len(new))
-    head = 0
-    while head < limit and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
+    head, tail = shared_ends(old, new)
     # The lines between what both sides share at the start and the end (a deletion: the line after it).
     low, high = head + 1, max(head + 1, len(new) - tail)
     spans = []

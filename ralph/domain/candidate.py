@@ -6,7 +6,7 @@ import difflib
 import fnmatch
 import functools
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -90,9 +90,8 @@ def unified_diff(changes: tuple[FileChange, ...] | list[FileChange]) -> str:
     return "".join(out)
 
 
-def _trimmed_diff(before: list[str], after: list[str], src: str, dst: str, n: int = 3) -> Iterator[str]:
-    """difflib's unified diff, matching only the region between the lines both sides share at the
-    start and the end: a one-token edit of a 3,000-line module matches a few lines, not all of them."""
+def shared_ends(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:
+    """How many lines the two sides share at the start, and then at the end (never overlapping)."""
     limit = min(len(before), len(after))
     head = 0
     while head < limit and before[head] == after[head]:
@@ -100,6 +99,13 @@ def _trimmed_diff(before: list[str], after: list[str], src: str, dst: str, n: in
     tail = 0
     while tail < limit - head and before[-1 - tail] == after[-1 - tail]:
         tail += 1
+    return head, tail
+
+
+def _trimmed_diff(before: list[str], after: list[str], src: str, dst: str, n: int = 3) -> Iterator[str]:
+    """difflib's unified diff, matching only the region between the lines both sides share at the
+    start and the end: a one-token edit of a 3,000-line module matches a few lines, not all of them."""
+    head, tail = shared_ends(before, after)
     middle = difflib.SequenceMatcher(None, before[head : len(before) - tail], after[head : len(after) - tail])
     opcodes: list[_Opcode] = [("equal", 0, head, 0, head)] if head else []
     opcodes += [
