@@ -82,6 +82,20 @@ _NoSandbox = Annotated[
 _Jobs = Annotated[
     int | None, typer.Option(help="Candidates verified at once (default: a core each, one kept free).")
 ]
+_IncludeUntracked = Annotated[
+    bool | None,
+    typer.Option(
+        "--include-untracked",
+        metavar="",
+        help="Commit untracked files on the ralph branch too (default: used by the tests, not committed).",
+    ),
+]
+_AllowApiChanges = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-api-changes", metavar="", help="Accept edits that change the public API (default: rejected)."
+    ),
+]
 _BackgroundGate = Annotated[
     bool | None,
     typer.Option(
@@ -128,14 +142,7 @@ def fix(
     allow_test_edits: Annotated[
         bool | None, typer.Option("--allow-test-edits", metavar="", help="Let drafters edit tests.")
     ] = None,
-    include_untracked: Annotated[
-        bool | None,
-        typer.Option(
-            "--include-untracked",
-            metavar="",
-            help="Commit untracked files on the ralph branch too (default: used by the tests, not committed).",
-        ),
-    ] = None,
+    include_untracked: _IncludeUntracked = None,
     as_json: Annotated[
         bool, typer.Option("--json", metavar="", help="Print a JSON summary instead of tables.")
     ] = False,
@@ -145,6 +152,14 @@ def fix(
     no_sandbox: _NoSandbox = False,
     background_gate: _BackgroundGate = None,
     jobs: _Jobs = None,
+    allow_api_changes: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-api-changes",
+            metavar="",
+            help="Accept edits that change the public API (default: rejected).",
+        ),
+    ] = None,
 ) -> None:
     """`ralph fix`; its help is `_FIX_HELP` (the options alone fill a screen)."""
     overrides = _fix_overrides(locals())
@@ -171,6 +186,7 @@ def _fix_overrides(options: dict[str, Any]) -> dict[str, Any]:
         "sandbox": False if options["no_sandbox"] else None,
         "background_gate": options["background_gate"],
         "jobs": options["jobs"],
+        "api_changes": options["allow_api_changes"],
     }
 
 
@@ -466,6 +482,14 @@ def bench_verify_command(
         bool, typer.Option("--no-sandbox", metavar="", help="Verify without bubblewrap.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON object.")] = False,
+    semantic: Annotated[
+        bool,
+        typer.Option(
+            "--semantic/--no-semantic",
+            metavar="",
+            help="The plausibility, API and format stages (to time them).",
+        ),
+    ] = True,
 ) -> None:
     """Per-candidate verification time against a naive full run (and pytest-testmon), and recall."""
     from ralph.bench.verify import bench_verify
@@ -477,6 +501,7 @@ def bench_verify_command(
         seed=seed,
         python=python,
         sandbox=not no_sandbox,
+        semantic=semantic,
         progress=lambda t: console.print(t, highlight=False, markup=False),
     )
     summary = result.summary()

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ralph.domain.errors import RalphError
 
@@ -32,6 +32,16 @@ class ModelSettings(BaseModel):
     models manage); auto: the function for a model served on this machine (a loopback api_base)."""
 
 
+class CheckSettings(BaseModel):
+    """One check's settings, when `checks` is a table (`[tool.ralph.checks."python check.py"]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] | None = None
+    """Globs from the project root (`*` crosses `/`): the check runs for a candidate only when it
+    touches one of these files (the baseline runs it always); none: for every candidate."""
+
+
 class RunConfig(BaseModel):
     """Everything that shapes one `ralph fix` run."""
 
@@ -42,7 +52,10 @@ class RunConfig(BaseModel):
     tests: list[str] = Field(default_factory=list)
     """Target test node ids; empty means every test."""
     checks: list[str] = Field(default_factory=list)
-    """Extra check commands run in the project directory; exit status 0 means pass."""
+    """Extra check commands run in the project directory; exit status 0 means pass. As a table of
+    commands to their settings (CheckSettings), a check can say which files it looks at."""
+    check_paths: dict[str, list[str]] = Field(default_factory=dict)
+    """The files each check looks at (from the `checks` table): it runs only when they are touched."""
     drafter: str = "auto"
     """Drafter name: auto, mutation, replay:FILE, or module:Class."""
     deep: str | None = None
@@ -81,9 +94,23 @@ class RunConfig(BaseModel):
     plausibility: Literal["reject", "warn", "off"] = "reject"
     """Signs of a wrong fix (a parameter that becomes unused, a name compared with itself, branches
     that became the same): reject the candidate, only warn in the trace, or do not look."""
+    api_changes: bool = False
+    """Let a candidate change the public API of the project's package (remove or rename a public
+    function, a parameter, a default); by default such a candidate is rejected, naming the break."""
     jobs: int | None = Field(default=None, ge=1, le=32)
     """Candidates verified at once, each on its own copy; None: a core each, one left for drafting
     (and one for the background gate)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checks_table(cls, data: Any) -> Any:
+        """`checks` given as a table: its commands, and the paths each declares."""
+        if not isinstance(data, dict) or not isinstance(data.get("checks"), dict):
+            return data
+        table = data["checks"]
+        settings = {command: CheckSettings.model_validate(value or {}) for command, value in table.items()}
+        paths = {command: s.paths for command, s in settings.items() if s.paths is not None}
+        return {**data, "checks": list(table), "check_paths": paths}
 
     @property
     def gates_in_background(self) -> bool:

@@ -424,6 +424,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
     return Verifier(
         toolchain,
         checks=config.checks,
+        check_paths=config.check_paths,
         targets=frozenset(config.tests) or None,
         types=mypy_configured(toolchain.project) if config.types is None else config.types,
         coverage_cache=snap.toplevel / ".ralph" / "cache",
@@ -432,6 +433,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         test_timeout_s=config.test_timeout_s,
         background=config.gates_in_background,
         plausibility=config.plausibility,
+        api_changes=config.api_changes,
     )
 
 
@@ -487,7 +489,12 @@ def _baseline(
         "stages": [s.to_json() for s in stages],
     }
     trace.write(
-        "run_start", **start, baseline=baseline, disabled_stages=verifier.disabled, notices=verifier.notices
+        "run_start",
+        **start,
+        baseline=baseline,
+        disabled_stages=verifier.disabled,
+        notices=verifier.notices,
+        semantic=verifier.semantic,
     )
     return state
 

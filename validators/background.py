@@ -53,7 +53,7 @@ class BackgroundGate:
         tests = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s)
         self.status = ""  # what the gate is doing now, for the loop's live line
         tests.progress = self._show
-        self.steps = verifier.gate_steps(tests, CommandValidator(toolchain, checks))
+        self.steps = verifier.gate_steps(tests, CommandValidator(toolchain, checks, verifier.checks.paths))
         self._tip, self._tip_obs = 0, start  # the last state whose gate passed (0: the start)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-gate")
         self._futures: list[tuple[int, Future[GateOutcome]]] = []
@@ -154,7 +154,7 @@ class BackgroundGate:
 
 
 def _observed(stages: tuple[StageResult, ...]) -> list[StageResult]:
-    """The stages whose results make up an attempt's observation: after ruff's safe fixes, only those
-    run since (the ones before saw the edit before it was amended)."""
-    repairs = [i for i, s in enumerate(stages) if s.stage == "ruff-fix"]
+    """The stages whose results make up an attempt's observation: after a repair (ruff's safe fixes,
+    the project's format), only those run since (the ones before saw the edit before it was amended)."""
+    repairs = [i for i, s in enumerate(stages) if s.stage in ("ruff-fix", "format-fix")]
     return list(stages[repairs[-1] + 1 :] if repairs else stages)

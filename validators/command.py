@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import time
+from collections.abc import Mapping, Sequence
 
 from ralph.domain.results import CheckResult, Scope, StageResult
 from validators.toolchain import Toolchain
@@ -11,9 +13,21 @@ from validators.toolchain import Toolchain
 class CommandValidator:
     name = "checks"
 
-    def __init__(self, toolchain: Toolchain, commands: list[str]) -> None:
+    def __init__(
+        self, toolchain: Toolchain, commands: list[str], paths: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self.toolchain = toolchain
         self.commands = commands
+        self.paths = dict(paths or {})  # command -> the globs of the files it looks at (the rest: all)
+
+    def sees(self, command: str, changed: Sequence[str]) -> bool:
+        """Whether `command` can judge an edit of `changed`: it declares no paths, or one matches."""
+        globs = self.paths.get(command)
+        return globs is None or any(fnmatch.fnmatchcase(p, g) for p in changed for g in globs)
+
+    def for_edit(self, changed: Sequence[str], commands: Sequence[str] | None = None) -> list[str]:
+        """The checks (of `commands`, else all) an edit of `changed` needs run."""
+        return [c for c in (self.commands if commands is None else commands) if self.sees(c, changed)]
 
     def check(self, scope: Scope, commands: list[str] | None = None) -> StageResult:
         start = time.perf_counter()

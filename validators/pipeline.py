@@ -17,19 +17,27 @@ from dataclasses import replace
 from pathlib import Path
 
 from ralph.domain.candidate import PROTECTED_TESTS, Candidate, FileChange, is_protected, undoing
-from ralph.domain.errors import RalphError
+from ralph.domain.errors import RalphError, UnsafePath
 from ralph.domain.protocols import Evidence
 from ralph.domain.results import Scope, StageResult
 from ralph.domain.score import Observation, Score, is_under, score
 from ralph.domain.verdict import VerifyReport
-from sandboxes.workspace import empty_dir, read_text_beneath
+from sandboxes.workspace import (
+    empty_dir,
+    encode_like,
+    read_text_beneath,
+    stat_and_read_beneath,
+    write_beneath,
+)
+from validators.api import ApiValidator
 from validators.command import CommandValidator
 from validators.coverage import CoverageCache, remap_coverage
 from validators.failed_first import RecentFailures
+from validators.format import FormatValidator, formats_with_ruff
 from validators.localize import suspicious_lines
 from validators.mypy import MypyValidator, plugin_files
 from validators.plausibility import PlausibilityValidator
-from validators.policy import refusal
+from validators.policy import check_scripts, refusal
 from validators.pytest_run import PytestValidator
 from validators.ruff import RuffValidator
 from validators.selection import (
@@ -42,9 +50,11 @@ from validators.selection import (
 )
 from validators.stages import (
     AllChecksStage,
+    ApiStage,
     Attempt,
     FailingChecksStage,
     FailingTestsStage,
+    FormatStage,
     GateStage,
     LintStage,
     PlausibilityStage,
@@ -70,6 +80,7 @@ class Verifier:
         toolchain: Toolchain,
         *,
         checks: list[str],
+        check_paths: dict[str, list[str]] | None = None,
         targets: frozenset[str] | None,
         types: bool,
         coverage_cache: Path | None = None,
@@ -79,6 +90,8 @@ class Verifier:
         test_timeout_s: float = 60.0,
         background: bool = False,
         plausibility: str = "reject",
+        api_changes: bool = False,
+        formatting: bool = True,
     ) -> None:
         self.toolchain = toolchain
         # The gate runs beside the loop (validators/background.py): `verify` ends after the
@@ -90,18 +103,23 @@ class Verifier:
         self.targets = targets
         self.protected = protected
         self.only = only  # when set, edits outside these files are refused
-        self.plugin_files = plugin_files(toolchain.project)  # type-checker plugins: never edited
+        # Type-checker plugins and the scripts the checks run decide verdicts: never edited.
+        self.plugin_files = plugin_files(toolchain.project) + check_scripts(toolchain.project, checks)
         # The workspace is ours: the bytecode of a compiled candidate can serve the tests' imports.
         self.syntax = SyntaxValidator(toolchain, write_bytecode=toolchain.reads_our_bytecode)
         self.ruff = RuffValidator(toolchain)
         self.plausibility = PlausibilityValidator(toolchain, self.ruff.binary, plausibility)
+        self.api = ApiValidator(toolchain.project, allowed=api_changes)
+        self.format = FormatValidator(
+            toolchain, self.ruff.binary, formats_with_ruff(toolchain.project, checks)
+        )
         self.mypy = MypyValidator(toolchain) if types else None
         self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
         # The gate runs in a fresh process (never a fork of the warm worker a candidate's tests ran
         # beside), on a workspace put back to exactly the accepted state plus the candidate.
         self.gate = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s)
-        self.checks = CommandValidator(toolchain, checks)
+        self.checks = CommandValidator(toolchain, checks, check_paths)
         self.coverage: CoverageMap = {}
         self.accepted_paths: set[str] = set()  # files accepted edits changed since the coverage was measured
         self.test_files: set[str] = set()  # files the baseline collected tests from
@@ -122,7 +140,9 @@ class Verifier:
         """The static step; the order a candidate meets the stages in (each step runs only if the
         ones before it passed); and what a regressing candidate meets before the gate (what `ralph
         bench verify` times)."""
-        static = Step((SyntaxStage(self.syntax), LintStage(self.ruff), PlausibilityStage(self.plausibility)))
+        checks = (SyntaxStage(self.syntax), LintStage(self.ruff), PlausibilityStage(self.plausibility))
+        # Formatting is last: a candidate it rejects is formatted by the repair, never rejected for it.
+        static = Step((*checks, ApiStage(self.api), FormatStage(self.format)))
         sequence: tuple[Step, ...] = (
             replace(static, repair=self._safe_fixes),
             Step(
@@ -138,7 +158,7 @@ class Verifier:
         )
         if self.background:
             sequence = sequence[:-2]
-        detection = (static, Step((SelectedTestsStage(self), TypesStage(self))))
+        detection = (Step(static.stages[:-1]), Step((SelectedTestsStage(self), TypesStage(self))))
         return static, sequence, detection
 
     def gate_steps(self, tests: PytestValidator, checks: CommandValidator) -> tuple[Step, Step]:
@@ -216,6 +236,15 @@ class Verifier:
             for stage, why in self.disabled.items()
         ]
         return lines + ([self._ruff_drift] if self._ruff_drift else [])
+
+    @property
+    def semantic(self) -> dict[str, str]:
+        """Whether each semantic stage looks, and why (the trace's run_start says it)."""
+        api = "on" if self.api.enabled else f"off: {self.api.reason_off}"
+        formats = (
+            f"on: {self.format.how}" if self.format.enabled else "off: the project does not format with ruff"
+        )
+        return {"plausibility": self.plausibility.mode, "api": api, "format": formats}
 
     @property
     def quick_timeout_s(self) -> float:
@@ -304,6 +333,7 @@ class Verifier:
         other = Verifier(
             toolchain,
             checks=self.checks.commands,
+            check_paths={c: list(g) for c, g in self.checks.paths.items()},
             targets=self.targets,
             types=self.mypy is not None,
             protected=self.protected,
@@ -312,6 +342,8 @@ class Verifier:
             test_timeout_s=self.tests.test_timeout_s,
             background=self.background,
             plausibility=self.plausibility.mode,
+            api_changes=self.api.allowed,
+            formatting=self.format.enabled,
         )
         for name in ("coverage", "durations", "suite_s", "types_s", "test_files", "baseline_obs"):
             setattr(other, name, getattr(self, name))
@@ -366,20 +398,37 @@ class Verifier:
         return refusal(candidate.changes, self.protected, self.only, self.plugin_files)
 
     def _safe_fixes(self, attempt: Attempt) -> Attempt | None:
-        """When the static stages' only objections are new ruff diagnostics that ruff fixes safely,
-        the attempt with those fixes applied (in the workspace too) and its static stages re-run
-        clean; else None."""
+        """When the static stages' only objections are new diagnostics that are fixed safely (ruff's
+        safe fixes, then the project's format of what they made), the attempt with them applied (in
+        the workspace too) and its static stages re-run clean; else None."""
+        for _round in ("ruff", "format"):
+            amended = self._amend(attempt)
+            if amended is None:
+                return None
+            attempt = amended
+            if run_step(self.static, attempt) is None:
+                return attempt
+        return None
+
+    def _amend(self, attempt: Attempt) -> Attempt | None:
+        """The attempt with its new fixable diagnostics fixed: ruff's first, else the format's."""
         merged, current = attempt.merged, attempt.current
         new = merged.diagnostic_keys() - current.diagnostic_keys()
         fixable = {d.key for ds in merged.diagnostics.values() for d in ds if d.fixable}
         if not new or merged.syntax_errors != current.syntax_errors or set(new) - fixable:
             return None
-        if any(s.error is not None for s in attempt.stages) or not self.ruff.enabled:
+        if any(s.error is not None for s in attempt.stages):
             return None
         paths = [p for p in attempt.paths if p.endswith((".py", ".pyi"))]
-        codes = sorted({k[2] for k in new})
-        if not self.ruff.fix_only(paths, codes):
-            return None
+        codes = sorted({k[2] for k in new if k[0] != self.format.name})
+        if codes:
+            if not self.ruff.enabled or not self.ruff.fix_only(paths, codes):
+                return None
+            stage, note = "ruff-fix", "applied ruff's safe fixes: " + ", ".join(codes)
+        else:
+            if not self._write_formatted(attempt.candidate.changes, {k[1] for k in new}):
+                return None
+            stage, note = "format-fix", f"formatted as the project formats ({self.format.how})"
         changes = []
         for change in attempt.candidate.changes:
             if change.path not in paths or change.after is None:
@@ -391,12 +440,26 @@ class Verifier:
             changes.append(FileChange(change.path, change.before, after))
         candidate = replace(attempt.candidate, changes=tuple(changes))
         fixed = Attempt(self, candidate, current, attempt.reset, progress=attempt.progress)
-        note = "applied ruff's safe fixes: " + ", ".join(codes)
-        fixed.stages = [*attempt.stages, StageResult("ruff-fix", ok=True, duration_ms=0.0, detail=note)]
+        fixed.stages = [*attempt.stages, StageResult(stage, ok=True, duration_ms=0.0, detail=note)]
         fixed.amended = True
-        if run_step(self.static, fixed) is not None:
-            return None
         return fixed
+
+    def _write_formatted(self, changes: Sequence[FileChange], paths: set[str]) -> bool:
+        """Write the format stage's text of each of `paths` into the workspace (through no link, in
+        the file's own line endings); False when one is missing or the file is not the one checked."""
+        for change in changes:
+            if change.path not in paths:
+                continue
+            text = self.format.formatted.get((change.path, change.after or ""))
+            found = stat_and_read_beneath(self.toolchain.project, change.path)
+            if text is None or found is None:
+                return False
+            try:
+                data = encode_like(text, found[1])
+            except UnsafePath:
+                return False
+            write_beneath(self.toolchain.project, change.path, data, mode=found[0].st_mode & 0o7777)
+        return True
 
     def selection(self, candidate: Candidate) -> Selection:
         selection = select_tests(candidate.changes, self._index(), self._graph(), self.is_test_file)

@@ -8,12 +8,14 @@ so is one whose added lines reach into the test harness (pytest's internals, our
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 import sys
 import tomllib
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from ralph.domain.candidate import FileChange, is_protected
 
@@ -52,6 +54,24 @@ _HARNESS = re.compile(
     r"|\bpytest\.(?:skip|xfail|exit|importorskip)\b|\bSkipTest\b"
     r"|#\s*(?:noqa|type:\s*ignore|mypy:|ruff:|pragma:\s*no\s*cover)"
 )
+
+
+def check_scripts(project: Path, commands: Sequence[str]) -> list[str]:
+    """The project's files a check command names (`python tools/check_config.py`, `./lint.sh`): they
+    decide the check's verdict, so a candidate may not edit them (the files a check reads may be)."""
+    found = []
+    for command in commands:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = command.split()
+        for word in words:
+            path = posixpath.normpath(word.split("=", 1)[-1])
+            if path.startswith(("/", "..")) or path == ".":
+                continue
+            if (project / path).is_file():
+                found.append(path)
+    return sorted(set(found))
 
 
 def config_edits(changes: Sequence[FileChange], extra: Sequence[str] = ()) -> list[str]:

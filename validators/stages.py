@@ -18,7 +18,9 @@ from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.results import Scope, StageResult, TestResult
 from ralph.domain.score import Observation, is_under, regressions
 from ralph.domain.verdict import VerifyReport
+from validators.api import ApiValidator
 from validators.command import CommandValidator
+from validators.format import FormatValidator
 from validators.mypy import MypyValidator
 from validators.plausibility import PlausibilityValidator
 from validators.pytest_run import PytestValidator
@@ -259,6 +261,36 @@ class PlausibilityStage(StartedStage):
 
 
 @dataclass
+class ApiStage:
+    """The public API of the changed modules is kept (validators/api.py): griffe, in process, on the
+    texts before and after."""
+
+    validator: ApiValidator
+    name: str = "api"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return self.validator.enabled
+
+    def run(self, attempt: Attempt) -> StageResult:
+        return self.validator.check(attempt.candidate.changes)
+
+
+@dataclass
+class FormatStage(StartedStage):
+    """The changed files as the project formats them (validators/format.py): what formatting would
+    change is a fixable diagnostic, which the static step's repair applies."""
+
+    validator: FormatValidator
+    name: str = "format"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return self.validator.enabled
+
+    def start(self, attempt: Attempt) -> Callable[[], StageResult]:
+        return self.validator.start(attempt.candidate.changes)
+
+
+@dataclass
 class TypesStage:
     """The type checker on the changed files; `settled`: again on the workspace put back (the
     candidate's tests ran beside the first check and could rewrite what it read)."""
@@ -356,11 +388,15 @@ class FailingChecksStage:
     name: str = "checks"
 
     def wanted(self, attempt: Attempt) -> bool:
-        return any(not r.passed for r in attempt.current.checks.values())
+        return bool(self._failing(attempt))
 
     def run(self, attempt: Attempt) -> StageResult:
+        return self.validator.check(Scope(timeout_s=self.verifier.quick_timeout_s), self._failing(attempt))
+
+    def _failing(self, attempt: Attempt) -> list[str]:
+        """The failing checks that look at what the edit touched (the others cannot change)."""
         failing = [c for c, r in attempt.current.checks.items() if not r.passed]
-        return self.validator.check(Scope(timeout_s=self.verifier.quick_timeout_s), failing)
+        return self.validator.for_edit(attempt.paths, failing)
 
 
 @dataclass
@@ -412,14 +448,16 @@ class GateStage:
 
 @dataclass
 class AllChecksStage:
-    """Every custom check, on the state the gate saw."""
+    """Every custom check that looks at what the edit touched, on the state the gate saw."""
 
     validator: CommandValidator
     verifier: Verifier
     name: str = "checks"
 
     def wanted(self, attempt: Attempt) -> bool:
-        return bool(self.validator.commands)
+        return bool(self.validator.for_edit(attempt.paths))
 
     def run(self, attempt: Attempt) -> StageResult:
-        return self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s))
+        # A check whose declared files the edit did not touch keeps its verdict on the accepted state.
+        commands = self.validator.for_edit(attempt.paths)
+        return self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s), commands)

@@ -59,6 +59,7 @@ class MutantResult:
     accepted: bool | None = None
     accept_units: float | None = None  # test executions / tests in the suite
     accept_reason: str = ""
+    stage_ms: dict[str, float] = field(default_factory=dict)  # each stage the detection ran, its time
 
 
 @dataclass
@@ -70,6 +71,7 @@ class VerifyBench:
     baseline_s: float = 0.0
     types: bool = False
     sandbox: str = "local"
+    semantic: bool = True  # the plausibility, API and format stages on
 
     def summary(self) -> dict[str, Any]:
         ralph = [r.ralph_ms for r in self.results]
@@ -93,9 +95,20 @@ class VerifyBench:
             if self.results
             else None,
             "missed": [f"{r.path}: {r.description}" for r in self.results if not r.detected],
+            "semantic_stages": self.semantic,
+            "stage_median_ms": self._stage_medians(),
             **self._accept_summary(),
             "baseline_s": round(self.baseline_s, 2),
         }
+
+    def _stage_medians(self) -> dict[str, float]:
+        """Each stage's median time over the mutants it ran on (the static ones run side by side:
+        their sum is more than what they add to the wall time)."""
+        times: dict[str, list[float]] = {}
+        for r in self.results:
+            for stage, ms in r.stage_ms.items():
+                times.setdefault(stage, []).append(ms)
+        return {stage: _median(ms) for stage, ms in times.items()}
 
     def _accept_summary(self) -> dict[str, Any]:
         timed = [r for r in self.results if r.accept_ms is not None]
@@ -229,6 +242,7 @@ def _measure_mutant(
             testmon_ms,
             detected=not report.accepted,
             stage=report.failed_stage,
+            stage_ms={s.stage: round(s.duration_ms, 2) for s in report.stages if not s.skipped},
         )
     finally:
         workspace.rollback([change])
@@ -271,6 +285,7 @@ def bench_verify(
     seed: int = 0,
     python: str | None = None,
     sandbox: bool = True,
+    semantic: bool = True,
     progress: Callable[[str], None] = lambda _: None,
 ) -> VerifyBench:
     """Measure staged verification on `mutants` caught mutants of `repo` (copied; never modified)."""
@@ -289,8 +304,16 @@ def bench_verify(
             interpreter, isolation, workspace.project, scratch=scratch, checker=checker, root=project
         )
         types = mypy_configured(project)
-        verifier = Verifier(toolchain, checks=[], targets=None, types=types)
-        bench = VerifyBench(str(repo), interpreter, types=types, sandbox=isolation.name)
+        verifier = Verifier(
+            toolchain,
+            checks=[],
+            targets=None,
+            types=types,
+            plausibility="reject" if semantic else "off",
+            api_changes=not semantic,
+            formatting=semantic,
+        )
+        bench = VerifyBench(str(repo), interpreter, types=types, sandbox=isolation.name, semantic=semantic)
         try:
             start = time.perf_counter()
             progress("baseline: full suite with per-test coverage")

@@ -1,0 +1,242 @@
+"""The public API and the project's format, with real griffe and real ruff on real repositories: a
+candidate that breaks a public signature is rejected naming the break (unless API changes are
+allowed), and a candidate on a project that formats with ruff is committed formatted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from ralph.config import RunConfig
+from ralph.domain.candidate import FileChange
+from ralph.session import fix
+from ralph.trace import read_trace
+from ralph.view import QuietView
+from tests.conftest import git, run_ralph
+from validators.api import ApiValidator, api_surface, public_module
+from validators.format import formats_with_ruff, within_edit
+
+PACKAGE = '[project]\nname = "calc"\nversion = "0.1"\n'
+CLAMP = "def clamp(value, low, high=10):\n    return max(low, min(value, low))\n"
+TEST = "from calc import clamp\n\n\ndef test_clamp():\n    assert clamp(5, 0) == 5\n"
+# Passes the test too, but every caller that passes `high` breaks.
+DROPS_HIGH = "def clamp(value, low):\n    return max(low, min(value, 10))\n"
+FIXED = "def clamp(value, low, high=10):\n    return max(low, min(value, high))\n"
+
+
+def _edits(tmp_path: Path, *texts: str, path: str = "calc.py") -> str:
+    file = tmp_path / "edits.jsonl"
+    file.write_text("".join(json.dumps({"files": {path: text}}) + "\n" for text in texts))
+    return f"replay:{file}"
+
+
+def _iterations(outcome) -> list[dict]:
+    return [r for r in read_trace(outcome.trace) if r["type"] == "iteration"]
+
+
+def _run(repo: Path, drafter: str, **config: object):
+    settings = RunConfig.model_validate({"drafter": drafter, "candidates": 1, "max_iterations": 3, **config})
+    return fix(repo, settings, view=QuietView(notices=False))
+
+
+def test_a_candidate_that_removes_a_public_parameter_is_rejected_naming_it(make_repo, tmp_path):
+    repo = make_repo({"pyproject.toml": PACKAGE, "calc.py": CLAMP, "tests/test_calc.py": TEST})
+    outcome = _run(repo, _edits(tmp_path, DROPS_HIGH, FIXED))
+    first, second = _iterations(outcome)
+    [rejected] = first["candidates"]
+    assert rejected["verdict"] == "rejected" and rejected["failed_stage"] == "api"
+    assert "removes parameter `high` of `clamp`" in rejected["reason"]
+    assert second["candidates"][0]["verdict"] == "accepted"
+    assert git(repo, "show", f"{outcome.branch}:calc.py") == FIXED
+    start = next(r for r in read_trace(outcome.trace) if r["type"] == "run_start")
+    assert start["semantic"]["api"] == "on"
+
+
+def test_api_changes_allowed_accepts_the_break(make_repo, tmp_path):
+    repo = make_repo({"pyproject.toml": PACKAGE, "calc.py": CLAMP, "tests/test_calc.py": TEST})
+    outcome = _run(repo, _edits(tmp_path, DROPS_HIGH), api_changes=True)
+    [first] = _iterations(outcome)
+    assert first["candidates"][0]["verdict"] == "accepted"
+    assert git(repo, "show", f"{outcome.branch}:calc.py") == DROPS_HIGH
+
+
+def test_the_flag_allows_api_changes_from_the_command_line(make_repo, tmp_path):
+    repo = make_repo({"pyproject.toml": PACKAGE, "calc.py": CLAMP, "tests/test_calc.py": TEST})
+    drafter = _edits(tmp_path, DROPS_HIGH)
+    args = ("fix", str(repo), "--drafter", drafter, "--candidates", "1", "--max-iterations", "1", "--json")
+    refused = run_ralph(*args)
+    assert refused.returncode == 1, refused.stderr
+    allowed = run_ralph(*args, "--allow-api-changes")
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["outcome"] == "goal"
+
+
+def test_a_project_that_publishes_no_package_keeps_no_api(make_repo, tmp_path):
+    repo = make_repo({"calc.py": CLAMP, "tests/test_calc.py": TEST})
+    outcome = _run(repo, _edits(tmp_path, DROPS_HIGH))
+    [first] = _iterations(outcome)
+    assert first["candidates"][0]["verdict"] == "accepted"
+    start = next(r for r in read_trace(outcome.trace) if r["type"] == "run_start")
+    assert start["semantic"]["api"].startswith("off: no public package")
+
+
+def test_what_counts_as_a_break(tmp_path):
+    (tmp_path / "setup.py").write_text("")
+    checker = ApiValidator(tmp_path)
+    before = (
+        "__all__ = ['f', 'C', 'X']\nX = 1\n\n"
+        "class C:\n    def m(self, a, *, b=1):\n        return a\n\n"
+        "def f(a, b, c=3):\n    return a\n\n"
+        "def hidden(a):\n    return a\n"
+    )
+
+    def said(after: str) -> str:
+        result = checker.check([FileChange("pkg/mod.py", before, after)])
+        return "" if result.ok else result.detail
+
+    assert said(before.replace("c=3", "c=4")) == ""  # a default's value: what fixes change
+    assert said(before.replace("X = 1", "X = 2")) == ""
+    assert said(before.replace("def hidden(a)", "def hidden()")) == ""  # not exported
+    assert said(before.replace("c=3):", "c=3, d=None):")) == ""  # an optional parameter added
+    assert said(before.replace("b, c=3", "c=3")) == "pkg/mod.py:8: removes parameter `b` of `f`"
+    assert "makes parameter `c` of `f` required" in said(before.replace("c=3", "c"))
+    assert "adds a required parameter `z` to `f`" in said(before.replace("(a, b,", "(a, z, b,"))
+    assert "moves parameter" not in said(before.replace("(a, b,", "(a, z, b,"))
+    assert "changes parameter `a` of `C.m`" in said(before.replace("(self, a, *,", "(self, *, a,"))
+    assert "removes public `C.m`" in said(before.replace("def m(", "def n("))
+    assert said(before.replace("class C:", "C = None\nclass D:")).startswith("pkg/mod.py:")
+    assert "removes `pkg.mod`" in checker.check([FileChange("pkg/mod.py", before, None)]).detail
+    assert checker.check([FileChange("pkg/new.py", None, "def f(): pass\n")]).ok  # nothing to break
+
+
+def test_which_modules_are_api(tmp_path):
+    assert [public_module(p) for p in ("pkg/mod.py", "src/pkg/__init__.py", "six.py")] == [
+        "pkg.mod",
+        "pkg",
+        "six",
+    ]
+    private = ("pkg/_impl.py", "_pkg/a.py", "tests/test_a.py", "docs/conf.py", "setup.py", "pkg/x.txt")
+    assert [public_module(p) for p in private] == [None] * len(private)
+    assert api_surface(tmp_path) is not None
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n")
+    assert api_surface(tmp_path) is not None  # configuration only: no package
+    (tmp_path / "pyproject.toml").write_text('[tool.poetry]\nname = "x"\n')
+    assert api_surface(tmp_path) is None
+
+
+RUFF_FORMATTED = PACKAGE + '\n[tool.ruff.format]\nquote-style = "double"\n'
+UNFORMATTED_FIX = "def clamp(value, low, high=10):\n    return max(low,min( value,high ))\n"
+
+
+def test_a_candidate_on_a_ruff_formatted_project_is_committed_formatted(make_repo, tmp_path):
+    repo = make_repo({"pyproject.toml": RUFF_FORMATTED, "calc.py": CLAMP, "tests/test_calc.py": TEST})
+    outcome = _run(repo, _edits(tmp_path, UNFORMATTED_FIX))
+    [first] = _iterations(outcome)
+    [accepted] = first["candidates"]
+    assert accepted["verdict"] == "accepted"
+    assert any(s["stage"] == "format-fix" for s in accepted["stages"])
+    assert git(repo, "show", f"{outcome.branch}:calc.py") == FIXED
+    assert git(repo, "status", "--porcelain") == ""  # the user's tree is untouched
+
+
+def test_the_users_own_unformatted_lines_are_left_alone(make_repo, tmp_path):
+    other = "\n\ndef other( x ):\n    return x\n"
+    files = {"pyproject.toml": RUFF_FORMATTED, "calc.py": CLAMP + other, "tests/test_calc.py": TEST}
+    repo = make_repo(files)
+    outcome = _run(repo, _edits(tmp_path, UNFORMATTED_FIX + other))
+    [first] = _iterations(outcome)
+    assert first["candidates"][0]["verdict"] == "accepted"
+    assert git(repo, "show", f"{outcome.branch}:calc.py") == UNFORMATTED_FIX + other
+
+
+def test_a_project_that_does_not_format_is_committed_as_written(make_repo, tmp_path):
+    repo = make_repo({"pyproject.toml": PACKAGE, "calc.py": CLAMP, "tests/test_calc.py": TEST})
+    outcome = _run(repo, _edits(tmp_path, UNFORMATTED_FIX))
+    assert git(repo, "show", f"{outcome.branch}:calc.py") == UNFORMATTED_FIX
+    start = next(r for r in read_trace(outcome.trace) if r["type"] == "run_start")
+    assert start["semantic"]["format"].startswith("off")
+
+
+@pytest.mark.parametrize(
+    ("files", "checks", "found"),
+    [
+        ({"pyproject.toml": "[tool.ruff.format]\n"}, [], "pyproject.toml: [tool.ruff.format]"),
+        ({".ruff.toml": "[format]\nquote-style = 'single'\n"}, [], ".ruff.toml: [format]"),
+        (
+            {".pre-commit-config.yaml": "repos:\n- hooks:\n  - id: ruff-format\n"},
+            [],
+            ".pre-commit-config.yaml",
+        ),
+        (
+            {"pyproject.toml": "[tool.ruff]\nline-length = 90\n"},
+            ["ruff format --check ."],
+            "check: ruff format",
+        ),
+        ({"pyproject.toml": "[tool.ruff]\nline-length = 90\n"}, [], None),
+    ],
+)
+def test_how_a_project_says_it_formats_with_ruff(tmp_path, files, checks, found):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    said = formats_with_ruff(tmp_path, checks)
+    assert said == found if found is None else said is not None and said.startswith(found)
+
+
+def test_formatting_is_taken_only_inside_the_edit():
+    before = "a = 1\n\n\ndef f(x):\n    return x\n"
+    after = before.replace("return x", "return x+1")
+    formatted = before.replace("return x", "return x + 1")
+    assert within_edit(before, after, formatted) == 5
+    assert within_edit(before, formatted, formatted) == 0
+    assert within_edit(None, after, formatted) == 5  # a new file is all edit
+    messy = "a=1\n" + after[6:]
+    assert within_edit(messy, messy.replace("x+1", "x+2"), "a = 1\n" + formatted[6:].replace("1", "2")) == -1
+    assert within_edit(before, after.rstrip("\n"), after) == 5  # the edit dropped the final newline
+    assert within_edit(before.rstrip("\n"), after.rstrip("\n"), after) == -1  # the user's file had none
+
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "config_schema"
+
+
+def test_a_declared_check_runs_only_for_the_files_it_declares_and_its_script_is_not_editable(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, repo)
+    git(repo, "init", "-q", "-b", "main")
+    code = (repo / "retrying.py").read_text()
+    fixed = code.replace("range(1, ", "range(")
+    settings = (repo / "config" / "settings.json").read_text()
+    records = [
+        {"files": {"check_config.py": "pass\n"}},
+        {
+            "files": {
+                "retrying.py": fixed,
+                "config/settings.json": settings.replace('"retries": 3', '"retries": -1'),
+            }
+        },
+        {"files": {"retrying.py": fixed}},
+    ]
+    (tmp_path / "edits.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    drafter = f"replay:{tmp_path / 'edits.jsonl'}"
+    args = ("--candidates", "1", "--max-iterations", "4", "--no-background-gate", "--json")
+    proc = run_ralph("fix", str(repo), "--drafter", drafter, *args)  # the checks table: pyproject.toml
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    iterations = [r for r in read_trace(Path(summary["trace"])) if r["type"] == "iteration"]
+    script, schema, accepted = (c for i in iterations for c in i["candidates"])
+    assert script["failed_stage"] == "policy" and "check_config.py" in script["reason"]
+    assert schema["verdict"] == "rejected" and "check python3 check_config.py" in schema["reason"]
+    assert accepted["verdict"] == "accepted"
+    assert not [s for s in accepted["stages"] if s["stage"] == "checks"]  # retrying.py only: not run
+    assert git(repo, "show", f"{summary['branch']}:retrying.py") == fixed
+
+
+def test_a_checks_table_is_read_and_checked():
+    config = RunConfig.model_validate({"checks": {"python3 a.py": {"paths": ["x/*"]}, "make lint": {}}})
+    assert config.checks == ["python3 a.py", "make lint"]
+    assert config.check_paths == {"python3 a.py": ["x/*"]}
+    with pytest.raises(ValidationError):
+        RunConfig.model_validate({"checks": {"python3 a.py": {"path": ["x/*"]}}})
