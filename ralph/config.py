@@ -37,7 +37,7 @@ class CheckSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    paths: list[str] | None = None
+    paths: list[str] | None = Field(default=None, min_length=1)
     """Globs from the project root (`*` crosses `/`): the check runs for a candidate only when it
     touches one of these files (the baseline runs it always); none: for every candidate."""
 
@@ -108,7 +108,16 @@ class RunConfig(BaseModel):
         if not isinstance(data, dict) or not isinstance(data.get("checks"), dict):
             return data
         table = data["checks"]
-        settings = {command: CheckSettings.model_validate(value or {}) for command, value in table.items()}
+        settings = {}
+        for command, value in table.items():
+            if not isinstance(value, dict):
+                raise ValueError(f'checks."{command}": expected a table such as {{ paths = ["config/*"] }}')
+            try:
+                settings[command] = CheckSettings.model_validate(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(f'checks."{command}".{where}: {first["msg"]}') from None
         paths = {command: s.paths for command, s in settings.items() if s.paths is not None}
         return {**data, "checks": list(table), "check_paths": paths}
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,8 +60,11 @@ def why(
         )
     drafters = {h.drafter for h in history}
     if outcome == "stalled" and drafters and all(d.startswith(_OFFLINE) for d in drafters):
+        kinds = Counter(k for h in history for k in h.kinds)
+        tried = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+        what = f"tried {sum(kinds.values())} edits ({tried}) and " if kinds else ""
         lines.append(
-            "the offline drafter has nothing new to try: give a model with --drafter PROVIDER/MODEL "
-            "or --deep PROVIDER/MODEL (see the README's Drafters)"
+            f"the offline drafter {what}has nothing new to try: give a model with --drafter "
+            "PROVIDER/MODEL or --deep PROVIDER/MODEL (see the README's Drafters)"
         )
     return lines

@@ -700,6 +700,9 @@ def _summary(record: IterationRecord) -> IterationSummary:
         draft_ms=record["draft_ms"],
         verify_ms=record["verify_ms"],
         cost_usd=record["cost_usd"],
+        kinds=tuple(
+            str(c["meta"]["operator"]) for c in record["candidates"] if "operator" in c.get("meta", {})
+        ),
     )
 
 

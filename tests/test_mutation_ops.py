@@ -417,3 +417,44 @@ def test_repairs_a_confused_builtin_and_a_wrong_variable() -> None:
         lambda f: (f("abc", 0, 2), f("abc", 2, 0), f("abc", 1, 1)) == ("c", "a", "b"),
     )
     assert sources(repaired) == ["def pick(xs, i, j):\n    return xs[j]\n"]
+
+
+def _described(source: str, lines: list[int], operator: str) -> list[str]:
+    return [m.description for m in generate_mutants(source, lines) if m.operator == operator]
+
+
+def test_a_parameter_default_is_swapped_for_what_it_may_have_meant():
+    source = "def page(items, number: int = 0, sep=None):\n    return items[number]\n"
+    assert _described(source, [1], "default_swap") == [
+        "line 1: `0` -> `None`",
+        "line 1: `None` -> `0`",
+        'line 1: `None` -> `""`',
+        "line 1: `None` -> `[]`",
+    ]
+    assert "line 1: `0` -> `1`" in _described(source, [1], "const_off_by_one")
+
+
+def test_a_string_constant_becomes_another_of_the_module_in_its_own_quotes():
+    source = (
+        "DEFAULTS = {'timeout': 3, 'port': 80}\n\n\n"
+        'def timeout(config):\n    """The timeout."""\n    return config[\'port\']\n'
+    )
+    found = _described(source, [6], "string_swap")
+    assert found[0] == "line 6: `'port'` -> `'timeout'`"
+    assert not any("The timeout." in d for d in found)  # docstrings are neither changed nor used
+
+
+def test_a_forgotten_return_is_added_for_what_the_function_computes():
+    source = "def total(xs):\n    result = 0\n    for x in xs:\n        result += x\n"
+    [first, *_] = [m for m in generate_mutants(source, [4]) if m.operator == "add_return"]
+    assert first.source == source + "    return result\n"
+    generator = "def gen(xs):\n    for x in xs:\n        yield x\n"
+    assert _described(generator, [3], "add_return") == []
+
+
+def test_a_redundant_range_start_is_dropped_and_is_becomes_equality():
+    assert _described("r = range(1, len(xs))\n", [1], "drop_arg") == ["line 1: drop `1` from `range`"]
+    assert [m.source for m in generate_mutants("r = range(1, n)\n", [1]) if m.operator == "drop_arg"] == [
+        "r = range(n)\n"
+    ]
+    assert "line 1: `is` -> `==`" in _described("ok = x is 1\n", [1], "compare_flip")

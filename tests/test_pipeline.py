@@ -94,7 +94,7 @@ def test_an_unrelated_edit_runs_no_tests(verifier):
     v, ws, state = verifier(files)
     report = v.detect(candidate(ws, "unused.py", "return 1", "return 2"), state)
     assert not report.failed_stage
-    assert [s.stage for s in report.stages] == ["syntax", "ruff", "plausibility", "tests"]
+    assert [s.stage for s in report.stages] == ["syntax", "ruff", "tests"]
     assert report.stages[-1].skipped
 
 
@@ -274,7 +274,7 @@ def test_the_targeted_stage_runs_only_failing_tests_that_can_see_the_change_unti
     assert state.failing_tests() == [f"tests/test_calc.py::test_{n}" for n in ("add", "add_zero", "mul")]
     report = verify(v, ws, state, candidate(ws, "calc.py", "a - b", "a + b"))
     assert report.accepted, report.reason
-    probe = report.stages[3]  # after syntax, ruff and plausibility
+    probe = report.stages[2]  # after syntax and ruff
     assert probe.stage == "tests" and probe.unaffected == 1  # test_mul never entered add()
     assert [t.nodeid for t in probe.tests] == ["tests/test_calc.py::test_add"]  # one fix is proof enough
     assert "stopped at the first pass" in probe.detail
@@ -292,5 +292,5 @@ def test_a_change_no_failing_test_can_see_is_rejected_without_running_them(verif
     v, ws, state = verifier(files)
     report = verify(v, ws, state, candidate(ws, "calc.py", "-(b - a)", "-(b - a) + 0"))
     assert not report.accepted and report.reason == "no improvement on the targeted checks"
-    probe = report.stages[3]
+    probe = report.stages[2]
     assert probe.skipped and probe.unaffected == 3 and probe.tests == []

@@ -11,14 +11,20 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ralph.config import RunConfig
+from ralph.config import RunConfig, check_config
 from ralph.domain.candidate import FileChange
+from ralph.domain.errors import RalphError
 from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.view import QuietView
+from sandboxes.local import LocalSandbox
 from tests.conftest import git, run_ralph
 from validators.api import ApiValidator, api_surface, public_module
+from validators.command import glob_pattern
 from validators.format import formats_with_ruff, within_edit
+from validators.pipeline import Verifier
+from validators.policy import check_scripts
+from validators.toolchain import Toolchain
 
 PACKAGE = '[project]\nname = "calc"\nversion = "0.1"\n'
 CLAMP = "def clamp(value, low, high=10):\n    return max(low, min(value, low))\n"
@@ -111,6 +117,25 @@ def test_what_counts_as_a_break(tmp_path):
     assert said(before.replace("class C:", "C = None\nclass D:")).startswith("pkg/mod.py:")
     assert "removes `pkg.mod`" in checker.check([FileChange("pkg/mod.py", before, None)]).detail
     assert checker.check([FileChange("pkg/new.py", None, "def f(): pass\n")]).ok  # nothing to break
+
+
+def test_an_edit_inside_a_function_body_is_not_read_again_unless_it_can_change_the_api(tmp_path):
+    (tmp_path / "setup.py").write_text("")
+    checker = ApiValidator(tmp_path)
+    before = (
+        "class C:\n    def __init__(self):\n        self.size = 1\n\n"
+        "    def grow(self):\n        return self.size + 1\n\n"
+        "def h(\n    a,\n): return a\n"
+    )
+
+    def said(after: str) -> str:
+        return checker.check([FileChange("pkg/mod.py", before, after)]).detail
+
+    assert said(before.replace("self.size + 1", "self.size + 2")) == "nothing public changed"
+    # griffe reads attributes from `__init__`: an edit there is read in full.
+    assert "removes public `C.size`" in said(before.replace("self.size = 1", "pass"))
+    # A body on the signature's last line: that line is the signature's too.
+    assert "adds a required parameter `b` to `h`" in said(before.replace("): return a", "    b): return a"))
 
 
 def test_which_modules_are_api(tmp_path):
@@ -240,3 +265,120 @@ def test_a_checks_table_is_read_and_checked():
     assert config.check_paths == {"python3 a.py": ["x/*"]}
     with pytest.raises(ValidationError):
         RunConfig.model_validate({"checks": {"python3 a.py": {"path": ["x/*"]}}})
+
+
+@pytest.mark.parametrize(
+    ("glob", "path", "matches"),
+    [
+        ("config/*", "config/a/settings.json", True),  # `*` crosses `/`
+        ("config/**/*.json", "config/a.json", True),  # `**/` is also no folder
+        ("**/*.toml", "settings.toml", True),
+        ("./schemas/*", "schemas/s.json", True),
+        ("data/", "data/x.csv", True),  # a folder: everything under it
+        ("data/", "database.py", False),
+        ("a?c", "a/c", False),
+        ("x/[ab].py", "x/b.py", True),
+        ("x/[!ab].py", "x/a.py", False),
+    ],
+)
+def test_a_checks_paths_glob(glob, path, matches):
+    assert bool(glob_pattern(glob).fullmatch(path)) is matches
+
+
+def test_the_scripts_a_check_runs_are_found_and_what_it_examines_is_not(tmp_path):
+    for name in ("tools/check.py", "pkg/__init__.py", "pkg/check.py", "sub/c.py", "lint.sh", "Makefile"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "link.py").symlink_to("tools/check.py")
+    runs = {
+        "python -m pkg.check": ["pkg/check.py"],
+        "cd sub && python c.py": ["sub/c.py"],
+        'bash -c "python3 tools/check.py"': ["tools/check.py"],
+        "(X=1 python3 -u tools/check.py --strict)>out.txt": ["tools/check.py"],
+        "./lint.sh": ["lint.sh"],
+        "make check": ["Makefile"],
+        "python link.py": ["link.py", "tools/check.py"],
+        # What a check examines may be edited (fixing it is the point).
+        "mypy --strict pkg/check.py": [],
+        "python -m doctest pkg/check.py": [],
+        "python -m json.tool sub/c.py": [],
+    }
+    for command, scripts in runs.items():
+        assert check_scripts(tmp_path, [command]) == scripts, command
+
+
+@pytest.mark.parametrize(
+    ("checks", "said"),
+    [
+        ({"python3 a.py": {"paths": []}}, 'checks."python3 a.py".paths'),
+        ({"python3 a.py": 0}, 'checks."python3 a.py": expected a table'),
+        ({"python3 a.py": {"paths": "x/*"}}, 'checks."python3 a.py".paths'),
+    ],
+)
+def test_a_bad_checks_table_is_one_line_naming_the_check(checks, said):
+    with pytest.raises(RalphError) as caught:
+        check_config({"checks": checks})
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_project_whose_format_settings_are_broken_is_not_formatted(make_repo, tmp_path):
+    broken = PACKAGE + "\n[tool.ruff.format]\nquote-style = 'doubled'\n"
+    repo = make_repo({"pyproject.toml": broken, "calc.py": CLAMP, "tests/test_calc.py": TEST})
+    outcome = _run(repo, _edits(tmp_path, UNFORMATTED_FIX))
+    [first] = _iterations(outcome)
+    assert first["candidates"][0]["verdict"] == "accepted"
+    start = next(r for r in read_trace(outcome.trace) if r["type"] == "run_start")
+    assert "format" in start["disabled_stages"]
+
+
+def test_a_syntax_error_is_the_syntax_stages_to_say_on_a_formatted_project(make_repo, tmp_path):
+    repo = make_repo({"pyproject.toml": RUFF_FORMATTED, "calc.py": CLAMP, "tests/test_calc.py": TEST})
+    outcome = _run(repo, _edits(tmp_path, "def clamp(value, low, high=10:\n    return 1\n", FIXED))
+    first = _iterations(outcome)[0]["candidates"][0]
+    assert first["failed_stage"] == "syntax" and "format" not in first["reason"]
+    syntax = next(s for s in first["stages"] if s["stage"] == "syntax")
+    assert "SyntaxError" in syntax["detail"]
+
+
+def test_formatting_between_two_changed_places_is_not_taken():
+    before = "def f(x):\n    return x\n\n\nUSER = {  'keep':1}\n\n\ndef g(y):\n    return y\n"
+    after = before.replace("return x", "return x+1").replace("return y", "return y+1")
+    formatted = after.replace("x+1", "x + 1").replace("y+1", "y + 1")
+    assert within_edit(before, after, formatted) == 2
+    assert within_edit(before, after, formatted.replace("{  'keep':1}", '{"keep": 1}')) == -1
+
+
+def test_what_is_no_break_for_a_caller(tmp_path):
+    (tmp_path / "setup.py").write_text("")
+    checker = ApiValidator(tmp_path)
+    before = (
+        "class C:\n    def m(self, a):\n        return a\n\n"
+        "def f(a, /, b):\n    return a\n\n"
+        "if __name__ == '__main__':\n    result = f(1, 2)\n    print(result)\n"
+    )
+
+    def said(after: str) -> str:
+        result = checker.check([FileChange("pkg/mod.py", before, after)])
+        return "" if result.ok else result.detail
+
+    assert said(before.replace("    def m(self, a):", "    @staticmethod\n    def m(a):")) == ""
+    assert said(before.replace("def f(a, /, b):\n    return a", "def f(x, /, b):\n    return x")) == ""
+    assert said(before.replace("    result = f(1, 2)\n    print(result)", "    print(f(1, 2))")) == ""
+    assert "removes parameter `b` of `f`" in said(before.replace("(a, /, b)", "(a, /)"))
+    package = "from .core import run\n\n__all__ = ['run']\n"
+    twice = "def g(a):\n    return a\n\n\nif X:\n\n    def g(a):\n        return a\n"
+    assert said(before + "\n" + twice) == ""
+    once = checker.check([FileChange("pkg/mod.py", before + "\n" + twice, before + "\n" + twice[:25])])
+    assert once.ok, once.detail  # `g` is still defined: the part read first is confirmed on the whole
+    # griffe cannot resolve the alias (nothing else is read): the break is said at the alias's line.
+    removed = checker.check([FileChange("pkg/__init__.py", package, "__all__ = []\n")])
+    assert removed.error is None and "removes public `run`" in removed.detail
+
+
+def test_the_format_stage_can_be_turned_off_to_time_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff.format]\n")
+    toolchain = Toolchain("python3", LocalSandbox(), tmp_path)
+    on = Verifier(toolchain, checks=[], targets=None, types=False, warm=False)
+    off = Verifier(toolchain, checks=[], targets=None, types=False, warm=False, formatting=False)
+    assert on.format.enabled and not off.format.enabled
+    assert on.sibling(toolchain).format.enabled and not off.sibling(toolchain).format.enabled

@@ -2,12 +2,57 @@
 
 from __future__ import annotations
 
-import fnmatch
+import functools
+import os
+import re
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from ralph.domain.results import CheckResult, Scope, StageResult
 from validators.toolchain import Toolchain
+
+
+@functools.lru_cache(maxsize=256)
+def glob_pattern(glob: str) -> re.Pattern[str]:
+    """A path glob from the project root as a pattern: `*` matches anything (`/` too), `**/` also
+    no folder at all, `?` one character but `/`, `[...]` a set; `./` in front is dropped and a trailing
+    `/` means everything under that folder."""
+    glob = glob.strip().removeprefix("./")
+    if glob.endswith("/"):
+        glob += "**"
+    out, i = [], 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob[i] == "*":
+            out.append(".*")
+            i += 2 if glob.startswith("**", i) else 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif glob[i] == "[" and (end := glob.find("]", i + 2)) != -1:
+            body = glob[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def _files(project: Path, limit: int = 50_000) -> list[str]:
+    """The project's files (up to `limit`), the usual tool and environment folders left out."""
+    skip = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ralph", ".mypy_cache", ".ruff_cache"}
+    found: list[str] = []
+    for root, dirs, names in os.walk(project):
+        dirs[:] = [d for d in dirs if d not in skip]
+        rel = Path(root).relative_to(project).as_posix()
+        found += [n if rel == "." else f"{rel}/{n}" for n in names]
+        if len(found) > limit:
+            break
+    return found
 
 
 class CommandValidator:
@@ -23,7 +68,17 @@ class CommandValidator:
     def sees(self, command: str, changed: Sequence[str]) -> bool:
         """Whether `command` can judge an edit of `changed`: it declares no paths, or one matches."""
         globs = self.paths.get(command)
-        return globs is None or any(fnmatch.fnmatchcase(p, g) for p in changed for g in globs)
+        return globs is None or any(glob_pattern(g).fullmatch(p) for p in changed for g in globs)
+
+    def unmatched(self, project: Path) -> list[str]:
+        """One line per declared glob that matches no file of the project (its check may never run)."""
+        files = _files(project)
+        return [
+            f"check `{command}`: paths {glob!r} match no file in the project (it runs only at the baseline)"
+            for command, globs in self.paths.items()
+            for glob in globs
+            if not any(glob_pattern(glob).fullmatch(f) for f in files)
+        ]
 
     def for_edit(self, changed: Sequence[str], commands: Sequence[str] | None = None) -> list[str]:
         """The checks (of `commands`, else all) an edit of `changed` needs run."""

@@ -9,6 +9,8 @@ as it is: formatting the user's own lines is not the fix's business.
 
 from __future__ import annotations
 
+import ast
+import difflib
 import time
 import tomllib
 from collections.abc import Callable, Sequence
@@ -72,16 +74,16 @@ class FormatValidator:
     def start(self, changes: Sequence[FileChange], timeout_s: float = 30.0) -> Callable[[], StageResult]:
         start = time.perf_counter()
         self.formatted = {}
-        files = [
-            c for c in changes if c.path.endswith(".py") and c.after is not None and len(c.after) <= _MAX_TEXT
-        ]
+        files = [c for c in changes if c.path.endswith(".py") and c.after is not None and _small(c.after)]
         running = [(c, self._start(c.path, c.after or "")) for c in files]
 
         def collect() -> StageResult:
             found, kept = [], []
             for change, process in running:
                 result = process.wait(timeout_s)
-                if not result.ok:  # (a file that does not parse: the syntax stage says so)
+                if not result.ok and not _parses(change.after or ""):
+                    continue  # the syntax stage rejects it, saying why
+                if not result.ok:
                     why = (
                         "timed out"
                         if result.timed_out
@@ -114,27 +116,77 @@ class FormatValidator:
 
         return collect
 
+    def probe(self, timeout_s: float = 30.0) -> str | None:
+        """Why `ruff format` cannot run with the project's settings (a broken config), or None."""
+        if not self.enabled:
+            return None
+        result = self._start("ralph_probe.py", "x = 1\n").wait(timeout_s)
+        if result.ok:
+            return None
+        return (
+            "timed out"
+            if result.timed_out
+            else f"ruff format: exit {result.returncode}: {result.output[-300:]}"
+        )
+
     def _start(self, path: str, text: str) -> Started:
-        argv = [self.binary, "format", "--quiet", "--no-cache", f"--stdin-filename={path}", "-"]
+        # --force-exclude: a file the project's settings exclude comes back as it went in.
+        argv = [
+            self.binary,
+            "format",
+            "--quiet",
+            "--no-cache",
+            "--force-exclude",
+            f"--stdin-filename={path}",
+            "-",
+        ]
         return self.toolchain.tools.start(
             argv, cwd=str(self.toolchain.project), env={"RAYON_NUM_THREADS": "1"}, stdin=text
         )
 
 
 def within_edit(before: str | None, after: str, formatted: str) -> int:
-    """0 when `after` is formatted; else the first line formatting changes (1-based) when it changes
-    only lines the edit changed (all of a new file), or -1 when it would change lines of `before`
-    that the edit left alone."""
+    """0 when `after` is formatted; else the first line formatting changes (1-based) when every line it
+    changes is one the edit changed (all of a new file), or -1 when it would change a line of `before`
+    that the edit left alone (between two changed places, too)."""
     if formatted == after:
         return 0
     new, out = after.splitlines(), formatted.splitlines()
-    f_head, f_tail = shared_ends(new, out)  # what formatting changes: new[f_head : len(new) - f_tail]
+    if new == out:  # the lines are the same: the end of the file differs
+        ends_before = before is None or before.endswith("\n")
+        return max(1, len(new)) if ends_before and not after.endswith("\n") else -1
+    reformatted = _changed(new, out, side=0)  # the lines of `after` formatting changes
     if before is None:
-        return f_head + 1
-    head, tail = shared_ends(before.splitlines(), new)  # the edit: new[head : len(new) - tail]
-    if f_head == len(new) == len(out):  # the lines are the same: the end of the file differs
-        return max(1, len(new)) if before.endswith("\n") and not after.endswith("\n") else -1
-    return f_head + 1 if f_head >= head and f_tail >= tail else -1
+        return reformatted[0][0] + 1
+    edited = _changed(before.splitlines(), new, side=1)  # the lines of `after` the edit wrote
+    # Each block formatting changes lies within a block the edit wrote (a deletion: the gap it left).
+    if all(any(low <= first and last <= high for low, high in edited) for first, last in reformatted):
+        return reformatted[0][0] + 1
+    return -1
+
+
+def _changed(a: list[str], b: list[str], side: int) -> list[tuple[int, int]]:
+    """The blocks that differ between `a` and `b`, as line spans (0-based, end exclusive) of `a`
+    (side 0) or `b` (side 1); a block that is only on the other side is an empty span."""
+    head, tail = shared_ends(a, b)
+    matcher = difflib.SequenceMatcher(None, a[head : len(a) - tail], b[head : len(b) - tail], autojunk=False)
+    blocks = [
+        (j1, j2) if side else (i1, i2) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+    ]
+    return [(head + low, head + high) for low, high in blocks]
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _small(text: str) -> bool:
+    """Small enough that its formatted text comes back whole (the output cap is in bytes)."""
+    return len(text) <= _MAX_TEXT and len(text.encode("utf-8", "replace")) <= _MAX_TEXT
 
 
 def _ms(start: float) -> float:

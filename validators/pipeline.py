@@ -1,7 +1,8 @@
 """Staged verification: cheapest stage first, stop at the first that shows a regression.
 
-policy -> syntax + ruff -> the failing tests that can see the change, until one passes, and the
-failing checks, beside mypy (must improve) -> (workspace put back) mypy again -> the whole suite in a
+policy -> syntax + ruff (+ the project's format) -> the failing tests that can see the change, until
+one passes, and the failing checks, beside mypy (must improve) -> (workspace put back) mypy again,
+beside the plausibility and API checks -> the whole suite in a
 fresh process as the gate, the tests that can see the change first, stopping at the first
 regression, and every check (must improve). A test-selection miss is never accepted, and an accepted
 candidate costs one suite run and the first fixed test. `detection` (what `ralph bench verify`
@@ -75,6 +76,8 @@ from validators.warm import WarmRunner, third_party_imports
 class Verifier:
     """Runs the baseline once, then verifies candidates against the current accepted state."""
 
+    _ruff_drift: str | None = None  # set at the baseline: ruff is not the version the project pins
+
     def __init__(
         self,
         toolchain: Toolchain,
@@ -110,9 +113,8 @@ class Verifier:
         self.ruff = RuffValidator(toolchain)
         self.plausibility = PlausibilityValidator(toolchain, self.ruff.binary, plausibility)
         self.api = ApiValidator(toolchain.project, allowed=api_changes)
-        self.format = FormatValidator(
-            toolchain, self.ruff.binary, formats_with_ruff(toolchain.project, checks)
-        )
+        formats = formats_with_ruff(toolchain.project, checks) if formatting else None
+        self.format = FormatValidator(toolchain, self.ruff.binary, formats)
         self.mypy = MypyValidator(toolchain) if types else None
         self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
@@ -127,22 +129,25 @@ class Verifier:
         self._coverage_index: CoverageIndex | None = None
         self.recent_failures = RecentFailures()
         self.durations: dict[str, float] = {}  # each test's time at the baseline
-        self.suite_s = 60.0
+        # The suite's time at the baseline, and its slowest test that did not hit the per-test limit.
+        self.suite_s, self.healthy_s = 60.0, 0.0
         self.types_s = 0.0  # what the type checker took at the baseline (its first, full check)
         self.baseline_obs = Observation()
         # Stages that could not run at the baseline (the user's own config is broken, say), with why:
         # they are off for the run, said at the start and in the trace, never silently passed.
         self.disabled: dict[str, str] = {}
-        self._ruff_drift: str | None = None
+        self._unmatched: list[str] = []  # declared check paths that match no file
         self.static, self.sequence, self.detection = self._steps()
 
     def _steps(self) -> tuple[Step, tuple[Step, ...], tuple[Step, ...]]:
         """The static step; the order a candidate meets the stages in (each step runs only if the
         ones before it passed); and what a regressing candidate meets before the gate (what `ralph
         bench verify` times)."""
-        checks = (SyntaxStage(self.syntax), LintStage(self.ruff), PlausibilityStage(self.plausibility))
         # Formatting is last: a candidate it rejects is formatted by the repair, never rejected for it.
-        static = Step((*checks, ApiStage(self.api), FormatStage(self.format)))
+        static = Step((SyntaxStage(self.syntax), LintStage(self.ruff), FormatStage(self.format)))
+        # Only for a candidate that improves (beside the second type check): one the static stages or
+        # the targeted tests reject, the rejection path, never pays for them.
+        semantic = (PlausibilityStage(self.plausibility), ApiStage(self.api))
         sequence: tuple[Step, ...] = (
             replace(static, repair=self._safe_fixes),
             Step(
@@ -153,7 +158,7 @@ class Verifier:
                 ),
                 must_improve="no improvement on the targeted checks",
             ),
-            Step((TypesStage(self, settled=True),), before=put_back),
+            Step((TypesStage(self, settled=True), *semantic), before=put_back),
             *self.gate_steps(self.gate, self.checks),
         )
         if self.background:
@@ -184,6 +189,9 @@ class Verifier:
         # every candidate would get their minutes too.
         hung = sum(t.duration_s for t in suite.tests if "per-test limit" in t.message)
         self.suite_s = max(0.0, suite.duration_ms / 1000 - hung)
+        self.healthy_s = max(
+            (t.duration_s for t in suite.tests if "per-test limit" not in t.message), default=0.0
+        )
         self.test_files = {t.nodeid.split("::")[0] for t in suite.tests}
         self.durations = {t.nodeid: t.duration_s for t in suite.tests}
         self._check_targets(suite)
@@ -210,7 +218,11 @@ class Verifier:
                 self.disabled[stage.stage] = stage.error.splitlines()[0][:300] if stage.error else "failed"
         if "ruff" in self.disabled:
             self.ruff.enabled = False
+        if why := self.format.probe():  # the project's format settings are broken: not ours to fix
+            self.disabled["format"] = why.splitlines()[0][:300]
+            self.format.how = None
         self._ruff_drift = self.ruff.drift()
+        self._unmatched = self.checks.unmatched(self.toolchain.project)
         if "mypy" in self.disabled:
             self._close_mypy()
 
@@ -235,7 +247,7 @@ class Verifier:
             f"{stage} is off for this run: it cannot run at the baseline: {why}"
             for stage, why in self.disabled.items()
         ]
-        return lines + ([self._ruff_drift] if self._ruff_drift else [])
+        return lines + ([self._ruff_drift] if self._ruff_drift else []) + self._unmatched
 
     @property
     def semantic(self) -> dict[str, str]:
@@ -245,6 +257,13 @@ class Verifier:
             f"on: {self.format.how}" if self.format.enabled else "off: the project does not format with ruff"
         )
         return {"plausibility": self.plausibility.mode, "api": api, "format": formats}
+
+    @property
+    def hang_limit_s(self) -> float:
+        """One test's limit in the targeted stage when a test it runs hung at the baseline: ten times
+        the slowest test that did not (at least a second). A candidate whose loop still never ends is
+        cut there, not at the project's own limit; one that ends it finishes like a healthy test."""
+        return min(self.quick_timeout_s, max(1.0, 10 * self.healthy_s))
 
     @property
     def quick_timeout_s(self) -> float:
@@ -345,11 +364,13 @@ class Verifier:
             api_changes=self.api.allowed,
             formatting=self.format.enabled,
         )
-        for name in ("coverage", "durations", "suite_s", "types_s", "test_files", "baseline_obs"):
+        names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files", "baseline_obs")
+        for name in names:
             setattr(other, name, getattr(self, name))
         other.accepted_paths = set(self.accepted_paths)
         other.disabled, other._ruff_drift = dict(self.disabled), self._ruff_drift
         other.ruff.enabled = self.ruff.enabled
+        other.format.how = self.format.how
         return other
 
     def reverted(self, changes: Sequence[FileChange]) -> None:

@@ -56,22 +56,94 @@ _HARNESS = re.compile(
 )
 
 
+_INTERPRETERS = re.compile(r"^(?:python[\d.]*w?|pypy[\d.]*|sh|bash|dash|zsh|ksh|node|ruby|perl|Rscript)$")
+# Tools whose own file in the project says what they run.
+_TOOL_FILES = {
+    "make": ("Makefile", "makefile", "GNUmakefile"),
+    "nox": ("noxfile.py",),
+    "just": ("justfile", "Justfile", ".justfile"),
+    "invoke": ("tasks.py",),
+    "inv": ("tasks.py",),
+}
+_OPERATORS = {";", "&", "&&", "|", "||", "(", ")", "<", ">", ">>", "<<", ">&", "&>", "|&"}
+
+
 def check_scripts(project: Path, commands: Sequence[str]) -> list[str]:
-    """The project's files a check command names (`python tools/check_config.py`, `./lint.sh`): they
-    decide the check's verdict, so a candidate may not edit them (the files a check reads may be)."""
-    found = []
+    """The project's files that the check commands run: the script an interpreter is given (`python
+    tools/check.py`, `python -m tools.check`, `bash ./lint.sh`), a command that is a project file
+    (`./check.sh`), the file of a task runner (`make` -> Makefile, `nox`, `just`, `invoke`), also
+    inside `sh -c "..."` and after `cd DIR &&`, with a symlink's target. They decide the check's
+    verdict, so a candidate may not edit them; the files a check only reads or examines may be. What
+    such a script imports is not followed: keep a check's logic in the file it runs."""
+    found: set[str] = set()
     for command in commands:
+        _scripts_of(project, command, "", found, depth=0)
+    return sorted(found)
+
+
+def _scripts_of(project: Path, command: str, cwd: str, found: set[str], depth: int) -> None:
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:
+        words = command.split()
+    segment: list[str] = []
+    for word in [*words, ";"]:
+        if word not in _OPERATORS:
+            segment.append(word)
+            continue
+        while segment and re.match(r"^\w+=", segment[0]):  # VAR=value before the command
+            segment.pop(0)
+        if len(segment) >= 2 and segment[0] == "cd":
+            cwd = posixpath.normpath(posixpath.join(cwd, segment[1]))
+        elif segment:
+            _scripts_of_segment(project, segment, cwd, found, depth)
+        segment = []
+
+
+def _scripts_of_segment(project: Path, words: list[str], cwd: str, found: set[str], depth: int) -> None:
+    head = posixpath.basename(words[0])
+    _add(project, posixpath.join(cwd, words[0]), found)  # the command itself is a project file
+    for name in _TOOL_FILES.get(head, ()):
+        _add(project, posixpath.join(cwd, name), found)
+    if head in ("make", "nox", "just") and "-f" in words[:-1]:
+        _add(project, posixpath.join(cwd, words[words.index("-f") + 1]), found)
+    if not _INTERPRETERS.match(head):
+        return
+    rest = words[1:]
+    while rest:
+        word = rest.pop(0)
+        if word == "-c" and rest:  # the code is the command line: for a shell, read it too
+            if depth < 3 and not head.startswith(("python", "pypy")):
+                _scripts_of(project, rest[0], cwd, found, depth + 1)
+            return
+        if word == "-m" and rest:
+            module = rest[0].replace(".", "/")
+            for root in ("", "src/"):
+                for candidate in (f"{module}.py", f"{module}/__main__.py"):
+                    _add(project, posixpath.join(cwd, root + candidate), found)
+            return
+        if not word.startswith("-"):
+            _add(project, posixpath.join(cwd, word), found)
+            return
+
+
+def _add(project: Path, path: str, found: set[str]) -> None:
+    """`path` (and the file it links to) when it is a file inside the project."""
+    path = posixpath.normpath(path)
+    if path.startswith(("/", "../")) or path in (".", ".."):
+        return
+    file = project / path
+    if not file.is_file():
+        return
+    found.add(path)
+    if file.is_symlink():
         try:
-            words = shlex.split(command)
-        except ValueError:
-            words = command.split()
-        for word in words:
-            path = posixpath.normpath(word.split("=", 1)[-1])
-            if path.startswith(("/", "..")) or path == ".":
-                continue
-            if (project / path).is_file():
-                found.append(path)
-    return sorted(set(found))
+            target = file.resolve().relative_to(project.resolve())
+        except (OSError, ValueError):
+            return
+        found.add(target.as_posix())
 
 
 def config_edits(changes: Sequence[FileChange], extra: Sequence[str] = ()) -> list[str]:

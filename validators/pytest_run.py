@@ -70,7 +70,7 @@ class PytestValidator:
             watch = None
             if self.progress is not None:
                 env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
-                watch = Watch(tmp, self.progress, min(self.test_timeout_s, scope.timeout_s))
+                watch = Watch(tmp, self.progress, self._test_limit(scope))
                 watch.start()
             try:
                 run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
@@ -124,6 +124,10 @@ class PytestValidator:
         result.stopped_early = stopped_early and error is None
         return result
 
+    def _test_limit(self, scope: Scope) -> float:
+        """One test's time limit in this run: ours, the scope's when lower, never past the run's."""
+        return min(self.test_timeout_s, scope.test_timeout_s or scope.timeout_s, scope.timeout_s)
+
     def _run_env(
         self,
         tmp: Path,
@@ -137,7 +141,7 @@ class PytestValidator:
         env = {
             "RALPH_REPORT": str(tmp / "report.jsonl"),
             "RALPH_COVERAGE_ROOT": str(project) + "/",
-            "RALPH_TEST_TIMEOUT": str(min(self.test_timeout_s, scope.timeout_s)),
+            "RALPH_TEST_TIMEOUT": str(self._test_limit(scope)),
         }
         if coverage:
             env["RALPH_COVERAGE"] = str(tmp / "coverage.json")

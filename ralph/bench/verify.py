@@ -60,6 +60,7 @@ class MutantResult:
     accept_units: float | None = None  # test executions / tests in the suite
     accept_reason: str = ""
     stage_ms: dict[str, float] = field(default_factory=dict)  # each stage the detection ran, its time
+    accept_stage_ms: dict[str, float] = field(default_factory=dict)  # and the accept path's
 
 
 @dataclass
@@ -96,17 +97,18 @@ class VerifyBench:
             else None,
             "missed": [f"{r.path}: {r.description}" for r in self.results if not r.detected],
             "semantic_stages": self.semantic,
-            "stage_median_ms": self._stage_medians(),
+            "stage_median_ms": self._stage_medians("stage_ms"),
+            "accept_stage_median_ms": self._stage_medians("accept_stage_ms"),
             **self._accept_summary(),
             "baseline_s": round(self.baseline_s, 2),
         }
 
-    def _stage_medians(self) -> dict[str, float]:
+    def _stage_medians(self, which: str) -> dict[str, float]:
         """Each stage's median time over the mutants it ran on (the static ones run side by side:
         their sum is more than what they add to the wall time)."""
         times: dict[str, list[float]] = {}
         for r in self.results:
-            for stage, ms in r.stage_ms.items():
+            for stage, ms in getattr(r, which).items():
                 times.setdefault(stage, []).append(ms)
         return {stage: _median(ms) for stage, ms in times.items()}
 
@@ -272,10 +274,24 @@ def _measure_accept(
             report.reason,
         )
         result.accept_units = report.tests_run / max(1, len(state.tests))
+        result.accept_stage_ms = {s.stage: round(s.duration_ms, 2) for s in report.stages if not s.skipped}
     finally:
         workspace.apply([original])
         workspace.capture()
         verifier.restored(workspace.take_foreign())  # as the loop does once the state is put back
+
+
+def _verifier(toolchain: Toolchain, types: bool, semantic: bool) -> Verifier:
+    """The loop's verifier, with the plausibility, API and format stages on or (to time them) off."""
+    return Verifier(
+        toolchain,
+        checks=[],
+        targets=None,
+        types=types,
+        plausibility="reject" if semantic else "off",
+        api_changes=not semantic,
+        formatting=semantic,
+    )
 
 
 def bench_verify(
@@ -304,15 +320,7 @@ def bench_verify(
             interpreter, isolation, workspace.project, scratch=scratch, checker=checker, root=project
         )
         types = mypy_configured(project)
-        verifier = Verifier(
-            toolchain,
-            checks=[],
-            targets=None,
-            types=types,
-            plausibility="reject" if semantic else "off",
-            api_changes=not semantic,
-            formatting=semantic,
-        )
+        verifier = _verifier(toolchain, types, semantic)
         bench = VerifyBench(str(repo), interpreter, types=types, sandbox=isolation.name, semantic=semantic)
         try:
             start = time.perf_counter()

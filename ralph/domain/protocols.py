@@ -64,6 +64,7 @@ class IterationSummary:
     draft_ms: float
     verify_ms: float
     cost_usd: float = 0.0
+    kinds: tuple[str, ...] = ()  # each candidate's kind of edit, when its drafter said (`meta["operator"]`)
 
 
 @dataclass(frozen=True)

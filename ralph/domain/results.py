@@ -144,3 +144,4 @@ class Scope:
     paths: tuple[str, ...] | None = None
     tests: tuple[str, ...] | None = None
     timeout_s: float = 300.0
+    test_timeout_s: float | None = None  # one test's limit, when lower than the run's own

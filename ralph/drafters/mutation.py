@@ -7,6 +7,7 @@ lines, most suspicious line first, simplest mutation first.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ class MutationDrafter:
         yield from _lint_fixes(context)
         lines = [(d.path, d.line) for d in context.diagnostics if d.tool == "ruff" and not d.fixable]
         sources: dict[str, str | None] = {}
-        for path, line in [*context.suspicious, *lines]:
+        for path, line in with_def_lines([*context.suspicious, *lines], context.project):
             if is_protected(path, context.protected) or not path.endswith(".py"):
                 continue
             if path not in sources:
@@ -49,6 +50,38 @@ class MutationDrafter:
                     changes=(FileChange(path, source, mutant.source),),
                     meta={"operator": mutant.operator},
                 )
+
+
+def with_def_lines(ranked: list[tuple[str, int]], project: Path) -> list[tuple[str, int]]:
+    """`ranked` with the `def` line of each suspicious line's function right after that function's
+    first line: coverage never ranks a `def` line (it ran at import), and that is where a wrong
+    default is, and what a forgotten `return` hangs on."""
+    trees: dict[str, list[tuple[int, int]] | None] = {}
+    out: list[tuple[str, int]] = []
+    for path, line in ranked:
+        out.append((path, line))
+        if path not in trees:
+            trees[path] = _functions(project, path)
+        for first, last in trees[path] or ():
+            if first < line <= last and (path, first) not in out:
+                out.append((path, first))
+    return list(dict.fromkeys(out))
+
+
+def _functions(project: Path, path: str) -> list[tuple[int, int]] | None:
+    """The (def line, last line) of every function in `path`, innermost last."""
+    source = read_text_beneath(project, path) if path.endswith(".py") else None
+    try:
+        tree = ast.parse(source) if source is not None else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    if tree is None:
+        return None
+    return [
+        (n.lineno, n.end_lineno or n.lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
 
 
 def _lint_fixes(context: DraftContext) -> Iterator[Candidate]:

@@ -100,7 +100,23 @@ _COSTS = {
     "unary_remove": 3,
     "var_substitute": 3,
     "delete_statement": 4,
+    "drop_arg": 2,
+    "default_swap": 2,
+    "add_return": 2,
+    "string_swap": 3,
 }
+
+# What a parameter's default may have been meant to be, by what it is now.
+_DEFAULT_SWAPS: dict[str, tuple[str, ...]] = {
+    "None": ("0", '""', "[]"),
+    "0": ("None",),  # (and 1, -1 through const_off_by_one)
+    '""': ("None",),
+    "''": ("None",),
+    "[]": ("None",),
+    "{}": ("None",),
+    "()": ("None",),
+}
+MAX_STRING_SWAPS = 5  # other string constants of the module tried for one literal
 
 _BINOP_TOKENS: dict[type[ast.operator], str] = {
     ast.Add: "+",
@@ -154,8 +170,8 @@ _COMPARE_FLIPS: dict[str, tuple[str, ...]] = {
     ">=": (">", "<="),
     "==": ("!=",),
     "!=": ("==",),
-    "is": ("is not",),
-    "is not": ("is",),
+    "is": ("is not", "=="),
+    "is not": ("is", "!="),
     "in": ("not in",),
     "not in": ("in",),
 }
@@ -246,6 +262,43 @@ class _Region:
     start: int
     end: int
     indented: bool
+
+
+def _module_strings(tree: ast.Module) -> dict[str, int]:
+    """The module's short one-line string constants (no docstrings): value -> first line."""
+    found: dict[str, int] = {}
+    docstrings = _docstring_ids(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) is str and id(node) not in docstrings:
+            value = node.value
+            if 0 < len(value) <= 40 and "\n" not in value and value not in found:
+                found[value] = node.lineno
+    return found
+
+
+def _docstring_ids(tree: ast.Module) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        value = first.value if isinstance(first, ast.Expr) else None
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            ids.add(id(value))
+    return ids
+
+
+def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The nodes of `function`'s body, not those of the functions, classes and lambdas inside it."""
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_generator(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(isinstance(n, ast.Yield | ast.YieldFrom) for n in _own_nodes(function))
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -395,6 +448,8 @@ class _Collector:
         self.call_funcs: set[int] = set()  # ids of Names called as functions
         self.bindings: dict[int, dict[str, int]] = {}  # scope id -> name -> first binding line
         self.region: _Region | None = None  # re-parse region for the edits of the current node
+        self.strings = _module_strings(tree)  # short string constants: value -> first line
+        self.docstrings = _docstring_ids(tree)
 
     def collect(self) -> list[_Edit]:
         stack: list[tuple[ast.AST, ast.AST, _Region | None]] = [(self.tree, self.tree, None)]
@@ -643,6 +698,9 @@ class _Collector:
             self._subscript(node)
         elif isinstance(node, ast.Name):
             self._name(node, scope)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            self._defaults(node)
+            self._add_return(node)
         if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert):
             self._negate(node.test)
 
@@ -662,7 +720,13 @@ class _Collector:
         left: ast.expr = node.left
         for op, right in zip(node.ops, node.comparators, strict=True):
             old = _COMPARE_TOKENS[type(op)]
+            singleton = any(
+                isinstance(n, ast.Constant) and any(n.value is v for v in (None, True, False))
+                for n in (left, right)
+            )
             for new in _COMPARE_FLIPS[old]:
+                if old.startswith("is") and new in ("==", "!=") and singleton:
+                    continue  # `x is None` -> `x == None` changes nothing worth trying
                 self._swap_operator(node, left, right, old, new, "compare_flip")
             left = right
         if len(node.ops) == 1 and isinstance(node.ops[0], _ORDERED_COMPARES):
@@ -718,6 +782,8 @@ class _Collector:
             old, new = ("True", "False") if value else ("False", "True")
             if self.text.text(node) == old:
                 self._replace_node(node, new, "bool_const_flip")
+        elif isinstance(value, str):
+            self._string(node, value)
         elif isinstance(value, int) and id(node) not in self.skip_const:
             literal = self.text.text(node)
             if _int_literal_value(literal) != value:
@@ -735,6 +801,14 @@ class _Collector:
             if func.id == "range":
                 for arg in node.args:
                     self._off_by_one(arg, "index_off_by_one")
+                first = node.args[0] if len(node.args) == 2 else None
+                if isinstance(first, ast.Constant) and first.value in (0, 1) and type(first.value) is int:
+                    # `range(1, n)` -> `range(n)`: the start was not meant to be there.
+                    start, _ = self.text.span(first)
+                    rest, _ = self.text.span(node.args[1])
+                    self._add(
+                        node, start, rest, "", "drop_arg", f"drop `{self.text.text(first)}` from `range`"
+                    )
         elif isinstance(func, ast.Attribute):
             _, end = self.text.span(func)
             start = end - len(func.attr)
@@ -773,6 +847,54 @@ class _Collector:
         )
         for name in candidates[:MAX_SUBSTITUTIONS_PER_NAME]:
             self._replace_node(node, name, "var_substitute")
+
+    def _string(self, node: ast.Constant, value: str) -> None:
+        """A string constant -> another of the module's (`merged["port"]` meant `merged["timeout"]`),
+        the nearest first, in the literal's own quotes."""
+        text = self.text.text(node)
+        quote = text[:1]
+        if quote not in ("'", '"') or text.startswith(quote * 3) or id(node) in self.docstrings:
+            return
+        others = sorted(
+            (s for s in self.strings if s != value), key=lambda s: (abs(self.strings[s] - node.lineno), s)
+        )
+        for other in others[:MAX_STRING_SWAPS]:
+            literal = quote + other.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
+            self._replace_node(node, literal, "string_swap")
+
+    def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """A parameter's default -> what it may have been meant to be (`page=0` -> `None`, ...);
+        numbers also go through `const_off_by_one`."""
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is None:
+                continue
+            for new in _DEFAULT_SWAPS.get(self.text.text(default), ()):
+                self._replace_node(default, new, "default_swap")
+
+    def _add_return(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """`return NAME` after the last statement of a function that falls off its end, for the names
+        it assigns (the last assigned first): a forgotten `return result`."""
+        last = node.body[-1]
+        if isinstance(last, ast.Return | ast.Raise) or _is_generator(node):
+            return
+        if last.col_offset != node.body[0].col_offset or last.end_lineno is None:
+            return
+        assigned: dict[str, int] = {}
+        loops = set()  # names bound as loop targets: rarely what a function returns
+        for child in _own_nodes(node):
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                assigned[child.id] = max(assigned.get(child.id, 0), child.lineno)
+            elif isinstance(child, ast.For | ast.AsyncFor | ast.comprehension):
+                loops |= {n.id for n in ast.walk(child.target) if isinstance(n, ast.Name)}
+        names = sorted(assigned, key=lambda n: (n in loops, -assigned[n], n))[:3]
+        line_start = self.text.line_starts[node.body[0].lineno - 1]
+        indent = self.text.source[line_start : line_start + node.body[0].col_offset]
+        if indent.strip():
+            return
+        at = self.text.line_end(last.end_lineno)
+        at -= self.text.source[at - 1 : at] == "\n"  # before its line break: the edit is on that line
+        for name in names:
+            self._add(node, at, at, f"\n{indent}return {name}", "add_return", f"add `return {name}`")
 
     def _negate(self, test: ast.expr) -> None:
         if not self._relevant(test):

@@ -1,0 +1,94 @@
+"""The offline drafter on small projects with the one-line bugs it used to stall on: each reaches
+green with the real loop, real pytest and the sandbox."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ralph.config import RunConfig
+from ralph.session import fix
+from ralph.trace import read_trace
+from ralph.view import QuietView
+
+BUGS = {
+    "wrong_default": {
+        "paging.py": (
+            "def page(items, number: int = 0, size: int = 2):\n"
+            '    """Page `number` of `items`, counting from 1."""\n'
+            "    start = (number - 1) * size\n"
+            "    return items[start : start + size]\n"
+        ),
+        "tests/test_paging.py": (
+            "from paging import page\n\n\n"
+            "def test_the_first_page_by_default():\n    assert page([1, 2, 3]) == [1, 2]\n\n\n"
+            "def test_the_second_page():\n    assert page([1, 2, 3], 2) == [3]\n"
+        ),
+    },
+    "wrong_key": {
+        "settings.py": (
+            "DEFAULTS = {'port': 8080, 'timeout': 30}\n\n\n"
+            "def timeout(overrides):\n    merged = {**DEFAULTS, **overrides}\n    return merged['port']\n"
+        ),
+        "tests/test_settings.py": (
+            "from settings import timeout\n\n\n"
+            "def test_the_default_timeout():\n    assert timeout({}) == 30\n\n\n"
+            "def test_an_override():\n    assert timeout({'timeout': 5}) == 5\n"
+        ),
+    },
+    "missing_return": {
+        "stats.py": (
+            "def running_total(xs):\n    totals = []\n    acc = 0\n"
+            "    for x in xs:\n        acc += x\n        totals.append(acc)\n"
+        ),
+        "tests/test_stats.py": (
+            "from stats import running_total\n\n\n"
+            "def test_running_total():\n    assert running_total([1, 2, 3]) == [1, 3, 6]\n"
+        ),
+    },
+    "range_start": {
+        "pairs.py": (
+            "def neighbours(xs):\n"
+            "    return [(xs[i - 1], xs[i]) for i in range(1, len(xs))]\n\n\n"
+            "def total(xs):\n    return sum(xs[i] for i in range(1, len(xs)))\n"
+        ),
+        "tests/test_pairs.py": (
+            "from pairs import neighbours, total\n\n\n"
+            "def test_neighbours():\n    assert neighbours([1, 2, 3]) == [(1, 2), (2, 3)]\n\n\n"
+            "def test_total():\n    assert total([1, 2, 3]) == 6\n"
+        ),
+    },
+}
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_the_offline_drafter_fixes(bug, make_repo):
+    repo = make_repo(BUGS[bug])
+    outcome = fix(repo, RunConfig(drafter="mutation", max_iterations=12), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal", bug
+
+
+COUNTDOWN = {
+    "countdown.py": "def steps(n):\n    count = 0\n    while n > 0:\n        n += 1\n        count += 1\n    return count\n",
+    "tests/test_countdown.py": (
+        "from countdown import steps\n\n\ndef test_steps():\n    assert steps(3) == 3\n\n\n"
+        "def test_none():\n    assert steps(0) == 0\n"
+    ),
+}
+
+
+def test_a_candidate_whose_loop_still_never_ends_is_cut_short(make_repo, tmp_path):
+    repo = make_repo(COUNTDOWN)
+    still = COUNTDOWN["countdown.py"].replace("n += 1", "n += 2")
+    fixed = COUNTDOWN["countdown.py"].replace("n += 1", "n -= 1")
+    edits = tmp_path / "edits.jsonl"
+    edits.write_text("".join(json.dumps({"files": {"countdown.py": t}}) + "\n" for t in (still, fixed)))
+    config = RunConfig(drafter=f"replay:{edits}", candidates=1, max_iterations=3, test_timeout_s=8.0)
+    outcome = fix(repo, config, view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
+    assert first["verdict"] == "rejected"
+    [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
+    # Cut at a second (ten times the healthy test, at least 1 s), not the project's 8 s.
+    assert tests["duration_ms"] < 4000, tests
