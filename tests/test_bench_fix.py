@@ -97,3 +97,31 @@ def test_a_directory_of_projects_is_a_task_suite(tmp_path):
     write_files(tmp_path / "suite" / "two", {"test_b.py": "def test_b():\n    assert True\n"})
     assert [t.name for t in load_tasks(tmp_path / "suite")] == ["one", "two"]
     assert [t.name for t in load_tasks(tmp_path / "suite", limit=1)] == ["one"]
+
+
+def test_the_templates_are_counted_from_the_traces():
+    from ralph.bench.fix import template_stats
+
+    def candidate(operator: str, verdict: str, stage: str | None = None) -> dict:
+        return {"meta": {"operator": operator}, "verdict": verdict, "failed_stage": stage}
+
+    traces = [
+        [
+            {"type": "run_start"},
+            {
+                "type": "iteration",
+                "candidates": [candidate("compare_flip", "rejected"), candidate("add_return", "accepted")],
+            },
+        ],
+        [
+            {
+                "type": "iteration",
+                "candidates": [candidate("compare_flip", "accepted"), {"verdict": "rejected"}],
+            }
+        ],
+        [{"type": "iteration", "candidates": [candidate("compare_flip", "rejected", "policy")]}],
+    ]
+    assert template_stats(traces) == {
+        "add_return": {"verified": 1, "accepted": 1, "r": 1.0},
+        "compare_flip": {"verified": 2, "accepted": 1, "r": 0.5},
+    }

@@ -426,12 +426,15 @@ def _described(source: str, lines: list[int], operator: str) -> list[str]:
 def test_a_parameter_default_is_swapped_for_what_it_may_have_meant():
     source = "def page(items, number: int = 0, sep=None):\n    return items[number]\n"
     assert _described(source, [1], "default_swap") == [
-        "line 1: `0` -> `None`",
-        "line 1: `None` -> `0`",
-        'line 1: `None` -> `""`',
-        "line 1: `None` -> `[]`",
+        "line 1: default `0` -> `None`",
+        "line 1: default `None` -> `0`",
+        'line 1: default `None` -> `""`',
+        "line 1: default `None` -> `[]`",
     ]
     assert "line 1: `0` -> `1`" in _described(source, [1], "const_off_by_one")
+    # One parameter a line: the defaults are the `def` line's still.
+    black = "def page(\n    items,\n    number: int = 0,\n):\n    return items[number]\n"
+    assert _described(black, [1], "default_swap") == ["line 3: default `0` -> `None`"]
 
 
 def test_a_string_constant_becomes_another_of_the_module_in_its_own_quotes():
@@ -442,6 +445,10 @@ def test_a_string_constant_becomes_another_of_the_module_in_its_own_quotes():
     found = _described(source, [6], "string_swap")
     assert found[0] == "line 6: `'port'` -> `'timeout'`"
     assert not any("The timeout." in d for d in found)  # docstrings are neither changed nor used
+    odd = 'RESET = "\\x1b[0m"\nTAB = "\\t"\nu = "p" f"{RESET}"\nkey = d["k"]\nNAME = "key"\n'
+    swaps = [m.source for m in generate_mutants(odd, [3, 4]) if m.operator == "string_swap"]
+    assert [m.splitlines()[3] for m in swaps] == ['key = d["key"]']  # neither control characters nor "p"
+    assert all('u = "p" f"{RESET}"' in m for m in swaps)  # an f-string's parts are left alone
 
 
 def test_a_forgotten_return_is_added_for_what_the_function_computes():
@@ -454,6 +461,7 @@ def test_a_forgotten_return_is_added_for_what_the_function_computes():
 
 def test_a_redundant_range_start_is_dropped_and_is_becomes_equality():
     assert _described("r = range(1, len(xs))\n", [1], "drop_arg") == ["line 1: drop `1` from `range`"]
+    assert _described("r = range(0, n)\n", [1], "drop_arg") == []  # the same program: not a candidate
     assert [m.source for m in generate_mutants("r = range(1, n)\n", [1]) if m.operator == "drop_arg"] == [
         "r = range(n)\n"
     ]

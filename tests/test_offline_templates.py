@@ -90,5 +90,5 @@ def test_a_candidate_whose_loop_still_never_ends_is_cut_short(make_repo, tmp_pat
     first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
     assert first["verdict"] == "rejected"
     [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
-    # Cut at a second (ten times the healthy test, at least 1 s), not the project's 8 s.
+    # Cut at 2 s (ten times the healthy test, at least 2 s), not the project's 8 s.
     assert tests["duration_ms"] < 4000, tests

@@ -336,7 +336,7 @@ class FailingTestsStage:
             return StageResult(
                 self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail, unaffected=unaffected
             )
-        hung = any("per-test limit" in attempt.current.tests[t].message for t in affected)
+        hung = all("per-test limit" in attempt.current.tests[t].message for t in affected)
         limit = self.verifier.hang_limit_s if hung else None
         scope = Scope(tests=tuple(affected), timeout_s=self.verifier.quick_timeout_s, test_timeout_s=limit)
         result = self.validator.check(scope, stop_on_pass=not self._all_of(affected))

@@ -272,6 +272,26 @@ def _spread(name: str, values: list[float]) -> dict[str, float | None]:
     }
 
 
+def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per kind of edit (a candidate's `meta.operator`, the offline drafter's template): candidates
+    verified, accepted (on their targeted stages), and r, accepted over verified: which bug kinds the
+    templates handle."""
+    counts: dict[str, list[int]] = {}
+    for trace in traces:
+        for record in trace:
+            for candidate in record.get("candidates", ()) if record["type"] == "iteration" else ():
+                operator = (candidate.get("meta") or {}).get("operator")
+                if operator is None or candidate.get("failed_stage") == "policy":
+                    continue
+                seen = counts.setdefault(str(operator), [0, 0])
+                seen[0] += 1
+                seen[1] += candidate["verdict"] == "accepted"
+    return {
+        op: {"verified": n, "accepted": k, "r": round(k / n, 4)}
+        for op, (n, k) in sorted(counts.items(), key=lambda item: (-item[1][1], item[0]))
+    }
+
+
 def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     traces = [read_trace(Path(r["trace"])) for r in results if Path(r["trace"]).exists()]
     runs = [run_stats(t) for t in traces]
@@ -293,6 +313,7 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
             "per_candidate_ratio", [r["per_candidate_ratio"] for r in results if "per_candidate_ratio" in r]
         ),
         "drafters": {name: s.to_json() for name, s in drafter_stats(traces).items()},
+        "templates": template_stats(traces),
         "cycle_breakdown": {
             "draft": round(sum(r.draft_s for r in runs) / wall, 4),
             "verify": round(sum(r.verify_s + r.baseline_s + r.gate_wait_s for r in runs) / wall, 4),

@@ -52,19 +52,28 @@ class MutationDrafter:
                 )
 
 
-def with_def_lines(ranked: list[tuple[str, int]], project: Path) -> list[tuple[str, int]]:
-    """`ranked` with the `def` line of each suspicious line's function right after that function's
-    first line: coverage never ranks a `def` line (it ran at import), and that is where a wrong
-    default is, and what a forgotten `return` hangs on."""
-    trees: dict[str, list[tuple[int, int]] | None] = {}
+def with_def_lines(ranked: list[tuple[str, int]], project: Path, after: int = 2) -> list[tuple[str, int]]:
+    """`ranked` with the `def` line of each suspicious line's function after that function's first
+    `after` lines (or its only one), the innermost function's first: coverage never ranks a `def`
+    line (it ran at import), and that is where a wrong default is, and what a forgotten `return`
+    hangs on."""
+    functions: dict[str, list[tuple[int, int]] | None] = {}
+    seen: dict[tuple[str, int], int] = {}  # a function's suspicious lines so far
     out: list[tuple[str, int]] = []
+    pending: dict[tuple[str, int], None] = {}
     for path, line in ranked:
         out.append((path, line))
-        if path not in trees:
-            trees[path] = _functions(project, path)
-        for first, last in trees[path] or ():
-            if first < line <= last and (path, first) not in out:
-                out.append((path, first))
+        if path not in functions:
+            functions[path] = _functions(project, path)
+        inside = [(first, last) for first, last in functions[path] or () if first < line <= last]
+        for first, _last in sorted(inside, reverse=True):  # innermost first
+            key = (path, first)
+            seen[key] = seen.get(key, 0) + 1
+            pending[key] = None
+            if seen[key] == after:
+                out.append(key)
+                pending.pop(key, None)
+    out += [key for key in pending if key not in out]  # functions with fewer suspicious lines
     return list(dict.fromkeys(out))
 
 
@@ -105,7 +114,10 @@ def _lint_fixes(context: DraftContext) -> Iterator[Candidate]:
             if after is not None and after != before:
                 changes.append(FileChange(path, before, after))
         if changes:
-            yield Candidate("mutation", f"{label} on {', '.join(c.path for c in changes)}", tuple(changes))
+            description = f"{label} on {', '.join(c.path for c in changes)}"
+            yield Candidate(
+                "mutation", description, tuple(changes), meta={"operator": label.replace(" ", "_")}
+            )
 
 
 def _ruff(project: Path, args: list[str], stdin: str) -> str | None:

@@ -14,6 +14,7 @@ import ast
 import bisect
 import builtins
 import contextlib
+import functools
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -100,7 +101,7 @@ _COSTS = {
     "unary_remove": 3,
     "var_substitute": 3,
     "delete_statement": 4,
-    "drop_arg": 2,
+    "drop_arg": 1,
     "default_swap": 2,
     "add_return": 2,
     "string_swap": 3,
@@ -264,27 +265,30 @@ class _Region:
     indented: bool
 
 
-def _module_strings(tree: ast.Module) -> dict[str, int]:
-    """The module's short one-line string constants (no docstrings): value -> first line."""
+@functools.lru_cache(maxsize=8)
+def _module_strings(source: str) -> tuple[dict[str, int], frozenset[tuple[int, int]]]:
+    """The module's short one-line printable string constants, value -> first line, leaving out
+    docstrings and the parts of f-strings; and the positions (line, column) of what was left out."""
+    tree = _parse(source)
     found: dict[str, int] = {}
-    docstrings = _docstring_ids(tree)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and type(node.value) is str and id(node) not in docstrings:
-            value = node.value
-            if 0 < len(value) <= 40 and "\n" not in value and value not in found:
-                found[value] = node.lineno
-    return found
-
-
-def _docstring_ids(tree: ast.Module) -> set[int]:
-    ids = set()
+    if tree is None:
+        return found, frozenset()
+    skipped = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         first = body[0] if isinstance(body, list) and body else None
         value = first.value if isinstance(first, ast.Expr) else None
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            ids.add(id(value))
-    return ids
+            skipped.add((value.lineno, value.col_offset))
+        if isinstance(node, ast.JoinedStr):
+            skipped |= {(v.lineno, v.col_offset) for v in node.values if isinstance(v, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) is str:
+            text = node.value
+            if (node.lineno, node.col_offset) in skipped or not 0 < len(text) <= 40 or not text.isprintable():
+                continue
+            found.setdefault(text, node.lineno)
+    return found, frozenset(skipped)
 
 
 def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
@@ -448,8 +452,6 @@ class _Collector:
         self.call_funcs: set[int] = set()  # ids of Names called as functions
         self.bindings: dict[int, dict[str, int]] = {}  # scope id -> name -> first binding line
         self.region: _Region | None = None  # re-parse region for the edits of the current node
-        self.strings = _module_strings(tree)  # short string constants: value -> first line
-        self.docstrings = _docstring_ids(tree)
 
     def collect(self) -> list[_Edit]:
         stack: list[tuple[ast.AST, ast.AST, _Region | None]] = [(self.tree, self.tree, None)]
@@ -802,13 +804,18 @@ class _Collector:
                 for arg in node.args:
                     self._off_by_one(arg, "index_off_by_one")
                 first = node.args[0] if len(node.args) == 2 else None
-                if isinstance(first, ast.Constant) and first.value in (0, 1) and type(first.value) is int:
-                    # `range(1, n)` -> `range(n)`: the start was not meant to be there.
+                if (
+                    isinstance(first, ast.Constant)
+                    and type(first.value) is int
+                    and self.text.text(first) == "1"
+                ):
+                    # `range(1, n)` -> `range(n)` in place of `range(0, n)` (the same program, as it
+                    # would be written); `1` -> `2` stays.
+                    self.skip_const.add(id(first))
                     start, _ = self.text.span(first)
                     rest, _ = self.text.span(node.args[1])
-                    self._add(
-                        node, start, rest, "", "drop_arg", f"drop `{self.text.text(first)}` from `range`"
-                    )
+                    self._add(node, start, rest, "", "drop_arg", "drop `1` from `range`")
+                    self._replace_node(first, "2", "const_off_by_one")
         elif isinstance(func, ast.Attribute):
             _, end = self.text.span(func)
             start = end - len(func.attr)
@@ -853,11 +860,12 @@ class _Collector:
         the nearest first, in the literal's own quotes."""
         text = self.text.text(node)
         quote = text[:1]
-        if quote not in ("'", '"') or text.startswith(quote * 3) or id(node) in self.docstrings:
+        if quote not in ("'", '"') or text.startswith(quote * 3):
             return
-        others = sorted(
-            (s for s in self.strings if s != value), key=lambda s: (abs(self.strings[s] - node.lineno), s)
-        )
+        strings, skipped = _module_strings(self.text.source)
+        if (node.lineno, node.col_offset) in skipped:
+            return  # a docstring, or a part of an f-string (its position is the whole f-string's)
+        others = sorted((s for s in strings if s != value), key=lambda s: (abs(strings[s] - node.lineno), s))
         for other in others[:MAX_STRING_SWAPS]:
             literal = quote + other.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
             self._replace_node(node, literal, "string_swap")
@@ -868,8 +876,10 @@ class _Collector:
         for default in [*node.args.defaults, *node.args.kw_defaults]:
             if default is None:
                 continue
-            for new in _DEFAULT_SWAPS.get(self.text.text(default), ()):
-                self._replace_node(default, new, "default_swap")
+            old = self.text.text(default)
+            start, end = self.text.span(default)
+            for new in _DEFAULT_SWAPS.get(old, ()):  # anchored at the `def` line, wherever it sits
+                self._add(node, start, end, new, "default_swap", f"default `{old}` -> `{new}`")
 
     def _add_return(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """`return NAME` after the last statement of a function that falls off its end, for the names
