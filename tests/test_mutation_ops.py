@@ -197,6 +197,8 @@ def test_annotations_are_left_alone() -> None:
     assert {m.source.splitlines()[0] for m in mutants} == {
         "def f(x: list[int] = 4) -> dict[str, int]:",
         "def f(x: list[int] = 2) -> dict[str, int]:",
+        "def f(x: list[int] = 5) -> dict[str, int]:",
+        "def f(x: list[int] = 1) -> dict[str, int]:",
     }
 
 
@@ -327,6 +329,7 @@ def test_commonly_confused_calls_swap() -> None:
     assert [m.source.splitlines()[m.line - 1] for m in mutants] == [
         "m = max(xs)",
         "u = s.lower()",
+        "u = s.swapcase()",
         "f = math.ceil(x)",
         "ok = name.endswith('_')",
     ]
@@ -383,7 +386,12 @@ def test_repairs_a_wrong_denominator() -> None:
     repaired = fixes(
         generate_mutants(source, [2]), "mean", lambda mean: mean([1, 2, 3]) == 2 and mean([4]) == 4
     )
-    assert [m.source for m in repaired] == ["def mean(xs):\n    return sum(xs) / (len(xs) - 0)\n"]
+    # The simplest fix first; dropping the term or `// 1` are the same program, tried later.
+    assert [m.source for m in repaired] == [
+        "def mean(xs):\n    return sum(xs) / (len(xs) - 0)\n",
+        "def mean(xs):\n    return sum(xs) / (len(xs))\n",
+        "def mean(xs):\n    return sum(xs) / (len(xs) // 1)\n",
+    ]
 
 
 def test_repairs_a_boundary_comparison() -> None:
@@ -462,6 +470,33 @@ def test_a_forgotten_return_is_added_for_what_the_function_computes():
 def test_a_redundant_range_start_is_dropped_and_is_becomes_equality():
     assert _described("r = range(1, len(xs))\n", [1], "drop_arg") == ["line 1: drop `1` from `range`"]
     assert _described("r = range(0, n)\n", [1], "drop_arg") == []  # the same program: not a candidate
+
+
+def test_the_rarer_one_line_bugs_have_templates():
+    def first_fix(source: str, lines: list[int], operator: str) -> str:
+        return next(m.source for m in generate_mutants(source, lines) if m.operator == operator)
+
+    assert first_fix("y = a % 1.0 + 1.0\n", [1], "drop_operand") == "y = a % 1.0\n"
+    drops = [m.source for m in generate_mutants("y = 2 * (a + b)\n", [1]) if m.operator == "drop_operand"]
+    assert drops == ["y = 2\n", "y = (a + b)\n", "y = 2 * (a)\n", "y = 2 * (b)\n"]
+    assert "y = 2 * a + b\n" not in [m.source for m in generate_mutants("y = 2 * (a + b - c)\n", [1])]
+    assert first_fix("p *= p * d\n", [1], "augassign_to_assign") == "p = p * d\n"
+    assert first_fix("ok = n - i == 0\n", [1], "binop_swap_far") == "ok = n % i == 0\n"
+    assert first_fix("d = a - b\n", [1], "wrap_abs") == "d = abs(a - b)\n"
+    assert first_fix("r = (j, i)\n", [1], "swap_elements") == "r = (i, j)\n"
+    assert first_fix("ok = x in s\n", [1], "swap_operands") == "ok = s in x\n"
+    assert first_fix("t = sorted(xs)\n", [1], "toggle_reverse") == "t = sorted(xs, reverse=True)\n"
+    assert first_fix("a = 'yes'\n", [1], "string_variant") == "a = 'Yes'\n"
+    assert first_fix("s = ' '.join(xs)\n", [1], "string_variant") == "s = ''.join(xs)\n"
+    assert first_fix("x = 24\n", [1], "const_off_by_two") == "x = 26\n"
+    source = "def f(x):\n    if x:\n        return True\n    return False\n"
+    flipped = "def f(x):\n    if x:\n        return False\n    return True\n"
+    assert first_fix(source, [3], "flip_returns") == flipped
+    source = (
+        "def f(xs):\n    depth = 0\n    most = 0\n    for x in xs:\n        most -= 1\n    return depth\n"
+    )
+    targets = [m.source for m in generate_mutants(source, [5]) if m.operator == "var_substitute"]
+    assert any("        depth -= 1\n" in m for m in targets)
     assert [m.source for m in generate_mutants("r = range(1, n)\n", [1]) if m.operator == "drop_arg"] == [
         "r = range(n)\n"
     ]

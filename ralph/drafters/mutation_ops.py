@@ -105,6 +105,15 @@ _COSTS = {
     "default_swap": 2,
     "add_return": 2,
     "string_swap": 3,
+    "drop_operand": 3,
+    "binop_swap_far": 3,
+    "augassign_to_assign": 2,
+    "string_variant": 3,
+    "swap_elements": 3,
+    "const_off_by_two": 3,
+    "wrap_abs": 4,
+    "toggle_reverse": 3,
+    "flip_returns": 3,
 }
 
 # What a parameter's default may have been meant to be, by what it is now.
@@ -151,6 +160,25 @@ _BINOP_SWAPS: dict[str, tuple[str, ...]] = {
     ">>": ("<<",),
 }
 
+_PRECEDENCE: dict[type[ast.operator], int] = {
+    ast.BitOr: 1,
+    ast.BitXor: 2,
+    ast.BitAnd: 3,
+    ast.LShift: 4,
+    ast.RShift: 4,
+    ast.Add: 5,
+    ast.Sub: 5,
+    ast.Mult: 6,
+    ast.Div: 6,
+    ast.FloorDiv: 6,
+    ast.Mod: 6,
+    ast.MatMult: 6,
+    ast.Pow: 7,
+}
+
+# Rarer confusions, tried after the simple edits (`n - i == 0` meant `n % i == 0`, `x -= b` `x //= b`).
+_BINOP_FAR: dict[str, tuple[str, ...]] = {"-": ("%", "//")}
+
 _COMPARE_TOKENS: dict[type[ast.cmpop], str] = {
     ast.Eq: "==",
     ast.NotEq: "!=",
@@ -178,7 +206,7 @@ _COMPARE_FLIPS: dict[str, tuple[str, ...]] = {
 }
 
 # Comparisons where `a op b` and `b op a` differ (swapping them is a distinct repair).
-_ORDERED_COMPARES = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_ORDERED_COMPARES = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
 _NON_COMMUTATIVE = (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.LShift, ast.RShift, ast.MatMult)
 
 _CONFUSED_CALLS: tuple[tuple[str, str], ...] = (
@@ -193,6 +221,8 @@ _CONFUSED_CALLS: tuple[tuple[str, str], ...] = (
     ("lstrip", "rstrip"),
     ("split", "rsplit"),
     ("keys", "values"),
+    ("lower", "swapcase"),
+    ("upper", "swapcase"),
     ("isdigit", "isalpha"),
 )
 _CALL_SWAPS: dict[str, tuple[str, ...]] = {}
@@ -263,6 +293,17 @@ class _Region:
     start: int
     end: int
     indented: bool
+
+
+def _pair(node: ast.AST) -> bool:
+    """A tuple or list of two elements, neither starred."""
+    elts = node.elts if isinstance(node, ast.Tuple | ast.List) else []
+    return len(elts) == 2 and not any(isinstance(e, ast.Starred) for e in elts)
+
+
+def _literal(value: str, quote: str) -> str:
+    """`value` (printable) as a string literal in `quote`s."""
+    return quote + value.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
 
 
 @functools.lru_cache(maxsize=8)
@@ -685,7 +726,7 @@ class _Collector:
         if isinstance(node, ast.BinOp):
             self._binop(node)
         elif isinstance(node, ast.AugAssign):
-            self._augassign(node)
+            self._augassign(node, scope)
         elif isinstance(node, ast.Compare):
             self._compare(node)
         elif isinstance(node, ast.BoolOp):
@@ -703,6 +744,10 @@ class _Collector:
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             self._defaults(node)
             self._add_return(node)
+            self._flip_returns(node)
+        elif _pair(node):  # `(j, i)` meant `(i, j)`
+            assert isinstance(node, ast.Tuple | ast.List)
+            self._swap_nodes(node, node.elts[0], node.elts[1], "swap_elements", wrap=False)
         if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert):
             self._negate(node.test)
 
@@ -710,13 +755,35 @@ class _Collector:
         old = _BINOP_TOKENS[type(node.op)]
         for new in _BINOP_SWAPS[old]:
             self._swap_operator(node, node.left, node.right, old, new, "binop_swap")
-        if isinstance(node.op, _NON_COMMUTATIVE):
+        for new in _BINOP_FAR.get(old, ()):
+            self._swap_operator(node, node.left, node.right, old, new, "binop_swap_far")
+        sliced = isinstance(node.op, ast.Add) and any(
+            isinstance(n, ast.Subscript) for n in (node.left, node.right)
+        )
+        if isinstance(node.op, _NON_COMMUTATIVE) or sliced:  # `s[k:] + s[:k]` is not `s[:k] + s[k:]`
             self._swap_nodes(node, node.left, node.right, "swap_operands", wrap=True)
+        # A term too many: `a % 1.0 + 1.0` -> `a % 1.0`, `18 * n * p` -> `18 * p` (through `18 * n`).
+        for kept in (node.left, node.right):
+            text = self.text.text(kept)
+            binds = isinstance(kept, _ATOMS) or (
+                isinstance(kept, ast.BinOp) and _PRECEDENCE[type(kept.op)] >= _PRECEDENCE[type(node.op)]
+            )  # as tight as what it replaces: safe wherever that stood, without parentheses
+            self._replace_node(
+                node, text if binds else f"({text})", "drop_operand", f"keep only `{_short(text)}`"
+            )
+        if isinstance(node.op, ast.Sub):
+            self._replace_node(node, f"abs({self.text.text(node)})", "wrap_abs")
 
-    def _augassign(self, node: ast.AugAssign) -> None:
+    def _augassign(self, node: ast.AugAssign, scope: ast.AST) -> None:
         old = _BINOP_TOKENS[type(node.op)]
         for new in _BINOP_SWAPS[old]:
             self._swap_operator(node, node.target, node.value, f"{old}=", f"{new}=", "augassign_swap")
+        for new in _BINOP_FAR.get(old, ()):
+            self._swap_operator(node, node.target, node.value, f"{old}=", f"{new}=", "binop_swap_far")
+        # `product *= product * d` meant `product = product * d`.
+        self._swap_operator(node, node.target, node.value, f"{old}=", "=", "augassign_to_assign")
+        if isinstance(node.target, ast.Name):  # `max_depth -= 1` meant `depth -= 1`
+            self._substitute(node.target, scope)
 
     def _compare(self, node: ast.Compare) -> None:
         left: ast.expr = node.left
@@ -792,6 +859,8 @@ class _Collector:
                 return
             for new_value in (value + 1, value - 1):
                 self._replace_node(node, _format_int(new_value, literal), "const_off_by_one")
+            for new_value in (value + 2, value - 2):
+                self._replace_node(node, _format_int(new_value, literal), "const_off_by_two")
 
     def _call(self, node: ast.Call) -> None:
         func = node.func
@@ -816,7 +885,8 @@ class _Collector:
                     rest, _ = self.text.span(node.args[1])
                     self._add(node, start, rest, "", "drop_arg", "drop `1` from `range`")
                     self._replace_node(first, "2", "const_off_by_one")
-        elif isinstance(func, ast.Attribute):
+        self._toggle_reverse(node)
+        if isinstance(func, ast.Attribute):
             _, end = self.text.span(func)
             start = end - len(func.attr)
             if self.text.source[start:end] == func.attr:
@@ -841,6 +911,10 @@ class _Collector:
     def _name(self, node: ast.Name, scope: ast.AST) -> None:
         if not isinstance(node.ctx, ast.Load) or id(node) in self.call_funcs:
             return
+        self._substitute(node, scope)
+
+    def _substitute(self, node: ast.Name, scope: ast.AST) -> None:
+        """The name -> another bound in its scope."""
         if node.id in _NEVER_SUBSTITUTED or self.text.text(node) != node.id:
             return
         bindings = self._scope_bindings(scope)
@@ -867,8 +941,12 @@ class _Collector:
             return  # a docstring, or a part of an f-string (its position is the whole f-string's)
         others = sorted((s for s in strings if s != value), key=lambda s: (abs(strings[s] - node.lineno), s))
         for other in others[:MAX_STRING_SWAPS]:
-            literal = quote + other.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
-            self._replace_node(node, literal, "string_swap")
+            self._replace_node(node, _literal(other, quote), "string_swap")
+        # The literal itself a little off: `'yes'` meant `'Yes'`, `' '` meant `''`, `"E+"` meant `"E"`.
+        variants = [value.capitalize(), value.lower(), value.upper(), value.strip(), value[:-1], value[1:]]
+        variants += ["" if value else " "]
+        for variant in dict.fromkeys(v for v in variants if v != value and v.isprintable()):
+            self._replace_node(node, _literal(variant, quote), "string_variant")
 
     def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """A parameter's default -> what it may have been meant to be (`page=0` -> `None`, ...);
@@ -905,6 +983,47 @@ class _Collector:
         at -= self.text.source[at - 1 : at] == "\n"  # before its line break: the edit is on that line
         for name in names:
             self._add(node, at, at, f"\n{indent}return {name}", "add_return", f"add `return {name}`")
+
+    def _toggle_reverse(self, node: ast.Call) -> None:
+        """`sorted(xs)` meant `sorted(xs, reverse=True)` (and `.sort()` too), or the other way."""
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name not in ("sorted", "sort") or any(k.arg is None for k in node.keywords):
+            return
+        reverse = next((k for k in node.keywords if k.arg == "reverse"), None)
+        if reverse is not None:
+            if isinstance(reverse.value, ast.Constant) and isinstance(reverse.value.value, bool):
+                self._replace_node(reverse.value, str(not reverse.value.value), "toggle_reverse")
+            return
+        _, end = self.text.span(node)
+        if self.text.source[end - 1 : end] != ")":
+            return
+        text = ", reverse=True" if node.args or node.keywords else "reverse=True"
+        self._add(node, end - 1, end - 1, text, "toggle_reverse", "add `reverse=True`")
+
+    def _flip_returns(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """Every `return True` <-> `return False` of the function at once: answers the wrong way
+        round (a single flip makes both answers the same)."""
+        values = [
+            n.value
+            for n in _own_nodes(node)
+            if isinstance(n, ast.Return)
+            and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, bool)
+        ]
+        if len({v.value for v in values if isinstance(v, ast.Constant)}) < 2:
+            return
+        spans = sorted(self.text.span(v) for v in values)
+        if any(self.text.source[a:b] not in ("True", "False") for a, b in spans):
+            return
+        parts, cursor = [], spans[0][0]
+        for a, b in spans:
+            parts.append(
+                self.text.source[cursor:a] + ("False" if self.text.source[a:b] == "True" else "True")
+            )
+            cursor = b
+        text = "".join(parts)
+        self._add(node, spans[0][0], spans[-1][1], text, "flip_returns", "flip every `return True`/`False`")
 
     def _negate(self, test: ast.expr) -> None:
         if not self._relevant(test):
