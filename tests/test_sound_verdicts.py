@@ -306,16 +306,29 @@ OFF_BY_ONE = {
 }
 
 
-def test_an_off_by_one_range_is_fixed_without_a_ruff_config(make_repo):
+def test_an_off_by_one_range_is_fixed_without_a_ruff_config(make_repo, tmp_path):
     repo = make_repo(OFF_BY_ONE)
     outcome = fix(repo, RunConfig(), view=QuietView(notices=False))
     assert outcome.result.outcome == "goal"
-    assert "range(0, len(xs))" in git(repo, "show", f"{outcome.branch}:agg.py")
+    assert "range(len(xs))" in git(repo, "show", f"{outcome.branch}:agg.py")
+    # `range(0, n)` is fine by ralph's documented rules (a newer ruff's defaults flag it: PIE808).
+    again = make_repo(OFF_BY_ONE, name="again")
+    edit = {"files": {"agg.py": OFF_BY_ONE["agg.py"].replace("range(1, ", "range(0, ")}}
+    (tmp_path / "edits.jsonl").write_text(json.dumps(edit) + "\n")
+    outcome = fix(
+        again, RunConfig(drafter=f"replay:{tmp_path / 'edits.jsonl'}"), view=QuietView(notices=False)
+    )
+    assert outcome.result.outcome == "goal"
+    assert "range(0, len(xs))" in git(again, "show", f"{outcome.branch}:agg.py")
 
 
-def test_safe_lint_fixes_are_applied_and_committed(make_repo):
+def test_safe_lint_fixes_are_applied_and_committed(make_repo, tmp_path):
     repo = make_repo({**OFF_BY_ONE, "pyproject.toml": '[tool.ruff.lint]\nselect = ["F", "PIE"]\n'})
-    outcome = fix(repo, RunConfig(), view=QuietView(notices=False))
+    edit = {"files": {"agg.py": OFF_BY_ONE["agg.py"].replace("range(1, ", "range(0, ")}}
+    (tmp_path / "edits.jsonl").write_text(json.dumps(edit) + "\n")
+    outcome = fix(
+        repo, RunConfig(drafter=f"replay:{tmp_path / 'edits.jsonl'}"), view=QuietView(notices=False)
+    )
     assert outcome.result.outcome == "goal"
     committed = git(repo, "show", f"{outcome.branch}:agg.py")
     assert "for i in range(len(xs)):" in committed  # PIE808's safe fix, part of the edit
