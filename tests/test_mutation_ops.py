@@ -489,6 +489,12 @@ def test_the_rarer_one_line_bugs_have_templates():
     assert first_fix("a = 'yes'\n", [1], "string_variant") == "a = 'Yes'\n"
     assert first_fix("s = ' '.join(xs)\n", [1], "string_variant") == "s = ''.join(xs)\n"
     assert first_fix("x = 24\n", [1], "const_off_by_two") == "x = 26\n"
+    assert (
+        first_fix("ok = word.startswith(prefix)\n", [1], "swap_receiver") == "ok = prefix.startswith(word)\n"
+    )
+    assert first_fix("n = s.count('a')\n", [1], "swap_receiver") == "n = 'a'.count(s)\n"
+    for call in ("x = os.path.join(a, b)\n", "x = self.f(a)\n", "x = str.lower(a)\n"):
+        assert not [m for m in generate_mutants(call, [1]) if m.operator == "swap_receiver"]
     source = "def f(x):\n    if x:\n        return True\n    return False\n"
     flipped = "def f(x):\n    if x:\n        return False\n    return True\n"
     assert first_fix(source, [3], "flip_returns") == flipped

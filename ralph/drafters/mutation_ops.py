@@ -114,6 +114,7 @@ _COSTS = {
     "wrap_abs": 4,
     "toggle_reverse": 3,
     "flip_returns": 3,
+    "swap_receiver": 3,
 }
 
 # What a parameter's default may have been meant to be, by what it is now.
@@ -892,6 +893,7 @@ class _Collector:
             if self.text.source[start:end] == func.attr:
                 for new in _CALL_SWAPS.get(func.attr, ()):
                     self._add(func, start, end, new, "call_swap", f"`.{func.attr}` -> `.{new}`")
+            self._swap_receiver(node, func)
         for first, second in zip(node.args, node.args[1:], strict=False):
             if not isinstance(first, ast.Starred) and not isinstance(second, ast.Starred):
                 self._swap_nodes(node, first, second, "swap_args", wrap=False)
@@ -983,6 +985,32 @@ class _Collector:
         at -= self.text.source[at - 1 : at] == "\n"  # before its line break: the edit is on that line
         for name in names:
             self._add(node, at, at, f"\n{indent}return {name}", "add_return", f"add `return {name}`")
+
+    def _swap_receiver(self, node: ast.Call, func: ast.Attribute) -> None:
+        """`a.startswith(b)` meant `b.startswith(a)`: a call's receiver and its one argument, both
+        simple (a name, a constant, an attribute, a subscript), exchanged."""
+        simple = ast.Name | ast.Constant | ast.Attribute | ast.Subscript
+        if len(node.args) != 1 or node.keywords or not isinstance(func.value, simple):
+            return
+        arg = node.args[0]
+        named = func.value.id if isinstance(func.value, ast.Name) else ""
+        if not isinstance(arg, simple) or named in _BUILTIN_NAMES or named in _NEVER_SUBSTITUTED:
+            return  # `str.lower(x)`, `self.f(x)`: the receiver is no value to exchange
+        receiver, argument = self.text.text(func.value), self.text.text(arg)
+        start, end = self.text.span(node)
+        call = self.text.source[start:end]
+        if not call.startswith(receiver) or not call.endswith(")"):
+            return
+        head, _, _ = call[len(receiver) :].partition("(")  # `.startswith`
+        text = f"{argument}{head}({receiver})"
+        self._add(
+            node,
+            start,
+            end,
+            text,
+            "swap_receiver",
+            f"swap `{_short(receiver, 20)}` and `{_short(argument, 20)}`",
+        )
 
     def _toggle_reverse(self, node: ast.Call) -> None:
         """`sorted(xs)` meant `sorted(xs, reverse=True)` (and `.sort()` too), or the other way."""
