@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 import griffe
 
 from ralph.domain.candidate import FileChange, shared_ends
-from ralph.domain.results import Diagnostic, StageResult
+from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 
 _BREAKS = {
     griffe.BreakageKind.OBJECT_REMOVED,
@@ -138,12 +138,12 @@ class ApiValidator:
                 found += self._breaks(name, change.path, change.before, change.after, shape)
             except Exception as exc:  # griffe could not compare them: no verdict, never a pass
                 why = f"griffe could not compare {change.path}: {type(exc).__name__}: {exc}"
-                return StageResult(self.name, ok=False, duration_ms=_ms(start), detail=why, error=why)
+                return StageResult(self.name, ok=False, duration_ms=elapsed_ms(start), detail=why, error=why)
         detail = "; ".join(f"{d.path}:{d.line}: {d.message}" for d in found)
         return StageResult(
             self.name,
             ok=not found,
-            duration_ms=_ms(start),
+            duration_ms=elapsed_ms(start),
             detail=detail or ("nothing public changed" if checked else "no public module changed"),
             diagnostics=found,
             checked=checked,
@@ -242,10 +242,6 @@ def inside_a_body(before: str, after: str, bodies: Spans) -> bool:
     if last < first:
         return any(low <= first <= high for low, high in bodies)
     return any(low <= first and last <= high for low, high in bodies)
-
-
-def _ms(start: float) -> float:
-    return (time.perf_counter() - start) * 1000
 
 
 def _visit(name: str, path: str, text: str) -> griffe.Module | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ralph.domain.candidate import FileChange, shared_ends
-from ralph.domain.results import Diagnostic, StageResult
+from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 from sandboxes.local import Started
 from validators.toolchain import Toolchain
 
@@ -90,7 +90,9 @@ class FormatValidator:
                         else f"exit {result.returncode}: {result.output[-300:]}"
                     )
                     error = f"ruff format failed on {change.path}: {why}"
-                    return StageResult(self.name, ok=False, duration_ms=_ms(start), detail=error, error=error)
+                    return StageResult(
+                        self.name, ok=False, duration_ms=elapsed_ms(start), detail=error, error=error
+                    )
                 text = result.output.replace("\r\n", "\n")
                 line = within_edit(change.before, change.after or "", text)
                 if line == 0:
@@ -108,7 +110,7 @@ class FormatValidator:
             return StageResult(
                 self.name,
                 ok=not found,
-                duration_ms=_ms(start),
+                duration_ms=elapsed_ms(start),
                 detail=detail or "formatted",
                 diagnostics=found,
                 checked=[(self.name, c.path) for c in files],
@@ -187,7 +189,3 @@ def _parses(text: str) -> bool:
 def _small(text: str) -> bool:
     """Small enough that its formatted text comes back whole (the output cap is in bytes)."""
     return len(text) <= _MAX_TEXT and len(text.encode("utf-8", "replace")) <= _MAX_TEXT
-
-
-def _ms(start: float) -> float:
-    return (time.perf_counter() - start) * 1000

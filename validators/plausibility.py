@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ralph.domain.candidate import FileChange, shared_ends
-from ralph.domain.results import Diagnostic, StageResult
+from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 from sandboxes.local import Started
 from validators.toolchain import Toolchain
 
@@ -70,7 +70,9 @@ class PlausibilityValidator:
                     after = self._read(process.wait(timeout_s).output)
                 except ValueError as exc:  # ruff did not answer: no verdict, never a silent pass
                     why = f"ruff gave no findings for {change.path}: {exc}"
-                    return StageResult(self.name, ok=False, duration_ms=_ms(start), detail=why, error=why)
+                    return StageResult(
+                        self.name, ok=False, duration_ms=elapsed_ms(start), detail=why, error=why
+                    )
                 spans = changed_functions(change.before or "", change.after or "")
                 found += [
                     Diagnostic(self.name, change.path, line, code, _explain(code, message))
@@ -81,11 +83,11 @@ class PlausibilityValidator:
             checked = [(self.name, c.path) for c in files]
             if self.mode == "warn":
                 warned = f"warning: {detail}" if detail else "nothing new"
-                return StageResult(self.name, ok=True, duration_ms=_ms(start), detail=warned)
+                return StageResult(self.name, ok=True, duration_ms=elapsed_ms(start), detail=warned)
             return StageResult(
                 self.name,
                 ok=not found,
-                duration_ms=_ms(start),
+                duration_ms=elapsed_ms(start),
                 detail=detail or "nothing new",
                 diagnostics=found,
                 checked=checked,
@@ -113,10 +115,6 @@ class PlausibilityValidator:
             except (KeyError, TypeError, ValueError):
                 continue
         return found
-
-
-def _ms(start: float) -> float:
-    return (time.perf_counter() - start) * 1000
 
 
 def changed_functions(before: str, after: str) -> list[tuple[int, int]]:

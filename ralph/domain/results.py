@@ -4,6 +4,7 @@ These go into the trace unchanged."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -135,6 +136,11 @@ class ProcessResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
+
+
+def elapsed_ms(start: float) -> float:
+    """Milliseconds since `start` (a `time.perf_counter()` reading): a stage's `duration_ms`."""
+    return (time.perf_counter() - start) * 1000
 
 
 @dataclass(frozen=True)
