@@ -132,10 +132,13 @@ class ApiValidator:
             if change.after is None:
                 found.append(Diagnostic(self.name, change.path, 1, "module-removed", f"removes `{name}`"))
                 continue
-            if len(change.after) > _MAX_TEXT or inside_a_body(change.before, change.after, shape.bodies):
+            if len(change.after) > _MAX_TEXT:
+                continue
+            edited = edited_lines(change.before, change.after)
+            if inside_a_body(edited, shape.bodies):
                 continue  # only lines inside one function's body changed: no signature did
             try:
-                found += self._breaks(name, change.path, change.before, change.after, shape)
+                found += self._breaks(name, change.path, change.before, change.after, shape, edited)
             except Exception as exc:  # griffe could not compare them: no verdict, never a pass
                 why = f"griffe could not compare {change.path}: {type(exc).__name__}: {exc}"
                 return StageResult(self.name, ok=False, duration_ms=elapsed_ms(start), detail=why, error=why)
@@ -150,8 +153,10 @@ class ApiValidator:
             skipped=not checked,
         )
 
-    def _breaks(self, name: str, path: str, before: str, after: str, shape: _Shape) -> list[Diagnostic]:
-        old_part, new_part = touched(before, after, shape)
+    def _breaks(
+        self, name: str, path: str, before: str, after: str, shape: _Shape, edited: tuple[int, int]
+    ) -> list[Diagnostic]:
+        old_part, new_part = touched(before, after, shape, edited)
         old, new = _visit(name, path, old_part), _visit(name, path, new_part)
         if old is not None and new is not None and not breaks(old, new, path, shape.main):
             return []
@@ -169,13 +174,20 @@ class ApiValidator:
         return self._shapes[key]
 
 
-def touched(before: str, after: str, shape: _Shape) -> tuple[str, str]:
+def edited_lines(before: str, after: str) -> tuple[int, int]:
+    """The lines (first, last, 1-based) of `before` the edit changed; last < first: an insertion
+    before line `first`."""
+    old = before.splitlines()
+    head, tail = shared_ends(old, after.splitlines())
+    return head + 1, len(old) - tail
+
+
+def touched(before: str, after: str, shape: _Shape, edited: tuple[int, int]) -> tuple[str, str]:
     """`before` and `after` with every line blanked but those of the top-level statements the edit
-    touched (and the statements that mention `__all__`): line numbers are kept."""
+    (`edited_lines`) touched and the statements that mention `__all__`: line numbers are kept."""
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    head, tail = shared_ends([line.rstrip("\r\n") for line in old], [line.rstrip("\r\n") for line in new])
-    first, last = head + 1, len(old) - tail  # the lines of `before` the edit changed (none: an insertion)
-    low, high = (first, last) if last >= first else (head, head + 1)
+    first, last = edited
+    low, high = (first, last) if last >= first else (first - 1, first)
     spans = [(a, b) for a, b in shape.statements if a <= high and low <= b]
     start = min([first, *(a for a, _ in spans)])
     end = max([last, *(b for _, b in spans)])
@@ -234,11 +246,10 @@ def _is_main(test: ast.expr) -> bool:
     )
 
 
-def inside_a_body(before: str, after: str, bodies: Spans) -> bool:
-    """Whether every line the edit changed (or the place it inserted at) lies in one function body."""
-    old = before.splitlines()
-    head, tail = shared_ends(old, after.splitlines())
-    first, last = head + 1, len(old) - tail  # the changed lines of `before` (none: an insertion)
+def inside_a_body(edited: tuple[int, int], bodies: Spans) -> bool:
+    """Whether every line the edit changed (`edited_lines`), or the place it inserted at, lies in one
+    function body."""
+    first, last = edited
     if last < first:
         return any(low <= first <= high for low, high in bodies)
     return any(low <= first and last <= high for low, high in bodies)
