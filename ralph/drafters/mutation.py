@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ralph.domain.candidate import Candidate, FileChange, is_protected
@@ -35,13 +35,14 @@ class MutationDrafter:
         yield from _lint_fixes(context)
         lines = [(d.path, d.line) for d in context.diagnostics if d.tool == "ruff" and not d.fixable]
         sources: dict[str, str | None] = {}
-        for path, line in with_def_lines([*context.suspicious, *lines], context.project):
-            if is_protected(path, context.protected) or not path.endswith(".py"):
-                continue
+
+        def read(path: str) -> str | None:  # each file once per state
             if path not in sources:
-                sources[path] = read_text_beneath(context.project, path)
-            source = sources[path]
-            if source is None:
+                sources[path] = read_text_beneath(context.project, path) if path.endswith(".py") else None
+            return sources[path]
+
+        for path, line in with_def_lines([*context.suspicious, *lines], read):
+            if is_protected(path, context.protected) or (source := read(path)) is None:
                 continue
             for mutant in generate_mutants(source, [line]):
                 yield Candidate(
@@ -52,7 +53,9 @@ class MutationDrafter:
                 )
 
 
-def with_def_lines(ranked: list[tuple[str, int]], project: Path, after: int = 2) -> list[tuple[str, int]]:
+def with_def_lines(
+    ranked: list[tuple[str, int]], read: Callable[[str], str | None], after: int = 2
+) -> list[tuple[str, int]]:
     """`ranked` with the `def` line of each suspicious line's function after that function's first
     `after` lines (or its only one), the innermost function's first: coverage never ranks a `def`
     line (it ran at import), and that is where a wrong default is, and what a forgotten `return`
@@ -64,7 +67,7 @@ def with_def_lines(ranked: list[tuple[str, int]], project: Path, after: int = 2)
     for path, line in ranked:
         out.append((path, line))
         if path not in functions:
-            functions[path] = _functions(project, path)
+            functions[path] = _functions(read(path))
         inside = [(first, last) for first, last in functions[path] or () if first < line <= last]
         for first, _last in sorted(inside, reverse=True):  # innermost first
             key = (path, first)
@@ -77,9 +80,8 @@ def with_def_lines(ranked: list[tuple[str, int]], project: Path, after: int = 2)
     return list(dict.fromkeys(out))
 
 
-def _functions(project: Path, path: str) -> list[tuple[int, int]] | None:
-    """The (def line, last line) of every function in `path`, innermost last."""
-    source = read_text_beneath(project, path) if path.endswith(".py") else None
+def _functions(source: str | None) -> list[tuple[int, int]] | None:
+    """The (def line, last line) of every function in `source`."""
     try:
         tree = ast.parse(source) if source is not None else None
     except (SyntaxError, ValueError, RecursionError, MemoryError):
