@@ -144,7 +144,8 @@ class Verifier:
         ones before it passed); and what a regressing candidate meets before the gate (what `ralph
         bench verify` times)."""
         # Formatting is last: a candidate it rejects is formatted by the repair, never rejected for it.
-        static = Step((SyntaxStage(self.syntax), LintStage(self.ruff), FormatStage(self.format)))
+        checks = (SyntaxStage(self.syntax), LintStage(self.ruff))
+        static = Step((*checks, FormatStage(self.format)))
         # Only for a candidate that improves (beside the second type check): one the static stages or
         # the targeted tests reject, the rejection path, never pays for them.
         semantic = (PlausibilityStage(self.plausibility), ApiStage(self.api))
@@ -163,7 +164,8 @@ class Verifier:
         )
         if self.background:
             sequence = sequence[:-2]
-        detection = (Step(static.stages[:-1]), Step((SelectedTestsStage(self), TypesStage(self))))
+        # A regressing mutant is rejected, never formatted: the detection has no format stage.
+        detection = (Step(checks), Step((SelectedTestsStage(self), TypesStage(self))))
         return static, sequence, detection
 
     def gate_steps(self, tests: PytestValidator, checks: CommandValidator) -> tuple[Step, Step]:
