@@ -90,9 +90,19 @@ def test_a_project_that_publishes_no_package_keeps_no_api(make_repo, tmp_path):
     assert start["semantic"]["api"].startswith("off: no public package")
 
 
+def _api_checker(tmp_path: Path) -> ApiValidator:
+    (tmp_path / "setup.py").write_text("")  # a published package: its API is kept
+    return ApiValidator(tmp_path)
+
+
+def _breaks(checker: ApiValidator, before: str, after: str) -> str:
+    """What the API check says of an edit of pkg/mod.py: its breaks, "" when there are none."""
+    result = checker.check([FileChange("pkg/mod.py", before, after)])
+    return "" if result.ok else result.detail
+
+
 def test_what_counts_as_a_break(tmp_path):
-    (tmp_path / "setup.py").write_text("")
-    checker = ApiValidator(tmp_path)
+    checker = _api_checker(tmp_path)
     before = (
         "__all__ = ['f', 'C', 'X']\nX = 1\n\n"
         "class C:\n    def m(self, a, *, b=1):\n        return a\n\n"
@@ -101,8 +111,7 @@ def test_what_counts_as_a_break(tmp_path):
     )
 
     def said(after: str) -> str:
-        result = checker.check([FileChange("pkg/mod.py", before, after)])
-        return "" if result.ok else result.detail
+        return _breaks(checker, before, after)
 
     assert said(before.replace("c=3", "c=4")) == ""  # a default's value: what fixes change
     assert said(before.replace("X = 1", "X = 2")) == ""
@@ -120,8 +129,7 @@ def test_what_counts_as_a_break(tmp_path):
 
 
 def test_an_edit_inside_a_function_body_is_not_read_again_unless_it_can_change_the_api(tmp_path):
-    (tmp_path / "setup.py").write_text("")
-    checker = ApiValidator(tmp_path)
+    checker = _api_checker(tmp_path)
     before = (
         "class C:\n    def __init__(self):\n        self.size = 1\n\n"
         "    def grow(self):\n        return self.size + 1\n\n"
@@ -129,9 +137,10 @@ def test_an_edit_inside_a_function_body_is_not_read_again_unless_it_can_change_t
     )
 
     def said(after: str) -> str:
-        return checker.check([FileChange("pkg/mod.py", before, after)]).detail
+        return _breaks(checker, before, after)
 
-    assert said(before.replace("self.size + 1", "self.size + 2")) == "nothing public changed"
+    body = before.replace("self.size + 1", "self.size + 2")
+    assert checker.check([FileChange("pkg/mod.py", before, body)]).detail == "nothing public changed"
     # griffe reads attributes from `__init__`: an edit there is read in full.
     assert "removes public `C.size`" in said(before.replace("self.size = 1", "pass"))
     # A body on the signature's last line: that line is the signature's too.
@@ -349,8 +358,7 @@ def test_formatting_between_two_changed_places_is_not_taken():
 
 
 def test_what_is_no_break_for_a_caller(tmp_path):
-    (tmp_path / "setup.py").write_text("")
-    checker = ApiValidator(tmp_path)
+    checker = _api_checker(tmp_path)
     before = (
         "class C:\n    def m(self, a):\n        return a\n\n"
         "def f(a, /, b):\n    return a\n\n"
@@ -358,8 +366,7 @@ def test_what_is_no_break_for_a_caller(tmp_path):
     )
 
     def said(after: str) -> str:
-        result = checker.check([FileChange("pkg/mod.py", before, after)])
-        return "" if result.ok else result.detail
+        return _breaks(checker, before, after)
 
     assert said(before.replace("    def m(self, a):", "    @staticmethod\n    def m(a):")) == ""
     assert said(before.replace("def f(a, /, b):\n    return a", "def f(x, /, b):\n    return x")) == ""
