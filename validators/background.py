@@ -27,7 +27,7 @@ from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
 from sandboxes.workspace import Workspace, empty_dir
 from validators.command import CommandValidator
 from validators.pytest_run import PytestValidator
-from validators.stages import Attempt, run_sequence
+from validators.stages import FORMAT_FIX, RUFF_FIX, Attempt, run_sequence
 from validators.toolchain import Toolchain
 
 if TYPE_CHECKING:
@@ -156,5 +156,5 @@ class BackgroundGate:
 def _observed(stages: tuple[StageResult, ...]) -> list[StageResult]:
     """The stages whose results make up an attempt's observation: after a repair (ruff's safe fixes,
     the project's format), only those run since (the ones before saw the edit before it was amended)."""
-    repairs = [i for i, s in enumerate(stages) if s.stage in ("ruff-fix", "format-fix")]
+    repairs = [i for i, s in enumerate(stages) if s.stage in (RUFF_FIX, FORMAT_FIX)]
     return list(stages[repairs[-1] + 1 :] if repairs else stages)

@@ -50,6 +50,8 @@ from validators.selection import (
     select_tests,
 )
 from validators.stages import (
+    FORMAT_FIX,
+    RUFF_FIX,
     AllChecksStage,
     ApiStage,
     Attempt,
@@ -449,11 +451,11 @@ class Verifier:
         if codes:
             if not self.ruff.enabled or not self.ruff.fix_only(paths, codes):
                 return None
-            stage, note = "ruff-fix", "applied ruff's safe fixes: " + ", ".join(codes)
+            stage, note = RUFF_FIX, "applied ruff's safe fixes: " + ", ".join(codes)
         else:
             if not self._write_formatted(attempt.candidate.changes, {k[1] for k in new}):
                 return None
-            stage, note = "format-fix", f"formatted as the project formats ({self.format.how})"
+            stage, note = FORMAT_FIX, f"formatted as the project formats ({self.format.how})"
         changes = []
         for change in attempt.candidate.changes:
             if change.path not in paths or change.after is None:

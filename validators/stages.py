@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from validators.pipeline import Verifier
 
 Reset = Callable[[Sequence[FileChange]], object]
+# The notes a repair leaves among an attempt's stages (the edit was amended there): ruff's safe fixes,
+# the project's format.
+RUFF_FIX, FORMAT_FIX = "ruff-fix", "format-fix"
 
 
 @dataclass
