@@ -221,22 +221,28 @@ def _measure_mutant(
     state: Observation,
     naive: _NaiveSide,
 ) -> MutantResult | None:
-    """Time one mutant on both sides, then put the workspace back; None when the full suite misses it."""
-    before = workspace.read(path)
-    change = FileChange(path, before, mutated)
-    workspace.apply([change])
+    """Time one mutant on both sides, then put the workspace back; None when the full suite misses it.
+    The naive side runs on its own copy, so its caches (ruff's, bytecode) never enter the workspace."""
+    naive_file = naive.cwd / path
+    original = naive_file.read_text(encoding="utf-8")
+    naive_file.write_text(mutated, encoding="utf-8")
     try:
         naive_ms, caught = naive.run()
-        if not caught:
-            return None
+        testmon_ms = _timed(naive.testmon, naive.cwd, naive.env)[0] if caught and naive.testmon else None
+    finally:
+        naive_file.write_text(original, encoding="utf-8")
+    if not caught:
+        return None
+    change = FileChange(path, workspace.read(path), mutated)
+    workspace.apply([change])
+    try:
         report = verifier.detect(Candidate("bench", description, (change,)), state)
         # What the loop pays per candidate besides the stages: putting the state back.
         restore_start = time.perf_counter()
         workspace.rollback([change])
         verifier.restored(workspace.take_foreign())
         report.duration_ms += (time.perf_counter() - restore_start) * 1000
-        testmon_ms = _timed(naive.testmon, naive.cwd, naive.env)[0] if naive.testmon else None
-        result = MutantResult(
+        return MutantResult(
             path,
             description,
             report.duration_ms,
@@ -248,15 +254,14 @@ def _measure_mutant(
         )
     finally:
         workspace.rollback([change])
-    _measure_accept(result, change, workspace, verifier, state)
-    return result
 
 
 def _measure_accept(
-    result: MutantResult, mutant: FileChange, workspace: Workspace, verifier: Verifier, state: Observation
+    result: MutantResult, mutated: str, workspace: Workspace, verifier: Verifier, state: Observation
 ) -> None:
     """Make the mutant the accepted state (observed by a full fresh run), verify the edit that undoes
     it as the loop does, then put the original back as the accepted state."""
+    mutant = FileChange(result.path, workspace.read(result.path), mutated)
     original = FileChange(mutant.path, mutant.after, mutant.before)
     workspace.apply([mutant])
     workspace.capture()
@@ -294,6 +299,34 @@ def _verifier(toolchain: Toolchain, types: bool, semantic: bool) -> Verifier:
     )
 
 
+def _rejection_pass(
+    bench: VerifyBench,
+    mutants: int,
+    seed: int,
+    workspace: Workspace,
+    verifier: Verifier,
+    state: Observation,
+    naive: _NaiveSide,
+    progress: Callable[[str], None],
+) -> list[str]:
+    """Time the first `mutants` caught mutants back to back (into `bench`); their mutated texts."""
+    texts = []
+    for path, description, mutated in candidate_mutants(workspace.project, seed, verifier.is_test_file):
+        if len(bench.results) >= mutants:
+            break
+        bench.tried += 1
+        result = _measure_mutant(path, description, mutated, workspace, verifier, state, naive)
+        if result is None:
+            continue
+        bench.results.append(result)
+        texts.append(mutated)
+        progress(
+            f"{len(bench.results)}/{mutants} {path}: {description} · ralph {result.ralph_ms:.0f} ms "
+            f"({result.stage or 'MISSED'}) · naive {result.naive_ms:.0f} ms"
+        )
+    return texts
+
+
 def bench_verify(
     repo: Path,
     *,
@@ -327,21 +360,16 @@ def bench_verify(
             progress("baseline: full suite with per-test coverage")
             state, _ = verifier.baseline()
             bench.baseline_s = time.perf_counter() - start
-            naive = _naive_side(project, interpreter, toolchain, types=types, progress=progress)
+            naive_copy = Path(tmp) / "naive"
+            _copy(project, naive_copy)
+            naive = _naive_side(naive_copy, interpreter, toolchain, types=types, progress=progress)
             workspace.capture()  # as the loop does: each candidate starts from exactly this state
-            for path, description, mutated in candidate_mutants(project, seed, verifier.is_test_file):
-                if len(bench.results) >= mutants:
-                    break
-                bench.tried += 1
-                result = _measure_mutant(path, description, mutated, workspace, verifier, state, naive)
-                if result is None:
-                    continue
-                bench.results.append(result)
-                accept = f" · accept {result.accept_ms:.0f} ms" if result.accept_ms is not None else ""
-                progress(
-                    f"{len(bench.results)}/{mutants} {path}: {description} · ralph {result.ralph_ms:.0f} ms "
-                    f"({result.stage or 'MISSED'}) · naive {result.naive_ms:.0f} ms{accept}"
-                )
+            mutated = _rejection_pass(bench, mutants, seed, workspace, verifier, state, naive, progress)
+            # The accept path after every rejection, as in the loop, where rejected candidates follow
+            # one another from the same state (and the warm runner readies each next one).
+            for i, result in enumerate(bench.results, 1):
+                _measure_accept(result, mutated[i - 1], workspace, verifier, state)
+                progress(f"accept {i}/{len(bench.results)} {result.path}: {result.accept_ms:.0f} ms")
         finally:
             verifier.close()
             for box in (isolation, checker):
