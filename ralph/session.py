@@ -434,6 +434,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         background=config.gates_in_background,
         plausibility=config.plausibility,
         api_changes=config.api_changes,
+        run_budget_s=config.max_seconds,
     )
 
 

@@ -92,3 +92,28 @@ def test_a_candidate_whose_loop_still_never_ends_is_cut_short(make_repo, tmp_pat
     [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
     # Cut at 2 s (ten times the healthy test, at least 2 s), not the project's 8 s.
     assert tests["duration_ms"] < 4000, tests
+
+
+def test_a_hanging_candidate_takes_no_more_than_a_fair_share_of_the_run(make_repo, tmp_path):
+    """Three tests hang at the baseline and still hang with the candidate: cut at a tenth of
+    --max-seconds in all (2.5 s), not at 2 s a test."""
+    hanging = {
+        "countdown.py": COUNTDOWN["countdown.py"],
+        "tests/test_countdown.py": "from countdown import steps\n\n"
+        + "".join(f"\ndef test_steps_{n}():\n    assert steps({n}) == {n}\n\n" for n in (3, 4, 5))
+        + "\ndef test_none():\n    assert steps(0) == 0\n",
+    }
+    repo = make_repo(hanging)
+    still = COUNTDOWN["countdown.py"].replace("n += 1", "n += 2")
+    fixed = COUNTDOWN["countdown.py"].replace("n += 1", "n -= 1")
+    edits = tmp_path / "edits.jsonl"
+    edits.write_text("".join(json.dumps({"files": {"countdown.py": t}}) + "\n" for t in (still, fixed)))
+    config = RunConfig(
+        drafter=f"replay:{edits}", candidates=1, max_iterations=3, test_timeout_s=3.0, max_seconds=25
+    )
+    outcome = fix(repo, config, view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
+    assert first["verdict"] != "accepted"
+    [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
+    assert tests["duration_ms"] < 4500, tests  # 6 s without the fair share

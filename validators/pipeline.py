@@ -97,8 +97,11 @@ class Verifier:
         plausibility: str = "reject",
         api_changes: bool = False,
         formatting: bool = True,
+        run_budget_s: float | None = None,
     ) -> None:
         self.toolchain = toolchain
+        # The run's --max-seconds: one candidate whose tests still hang may take a tenth of it.
+        self.run_budget_s = run_budget_s
         # The gate runs beside the loop (validators/background.py): `verify` ends after the
         # targeted stages and its reports are not gated yet.
         self.background = background
@@ -270,6 +273,15 @@ class Verifier:
         fix whose test legitimately runs longer than that is lost: the price of not waiting minutes
         on every hopeless candidate)."""
         return min(self.quick_timeout_s, max(2.0, 10 * self.healthy_s))
+
+    @property
+    def hang_timeout_s(self) -> float:
+        """The targeted stage's whole limit when every test it runs hung at the baseline: its usual
+        one, but no more than a fair share of the run's time (a tenth of --max-seconds, never under
+        one test's hang limit), so hanging candidates cannot use up the budget between them."""
+        if self.run_budget_s is None:
+            return self.quick_timeout_s
+        return min(self.quick_timeout_s, max(self.hang_limit_s, self.run_budget_s / 10))
 
     @property
     def quick_timeout_s(self) -> float:

@@ -340,8 +340,10 @@ class FailingTestsStage:
                 self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail, unaffected=unaffected
             )
         hung = all("per-test limit" in attempt.current.tests[t].message for t in affected)
-        limit = self.verifier.hang_limit_s if hung else None
-        scope = Scope(tests=tuple(affected), timeout_s=self.verifier.quick_timeout_s, test_timeout_s=limit)
+        verifier = self.verifier
+        limit = verifier.hang_limit_s if hung else None
+        timeout = verifier.hang_timeout_s if hung else verifier.quick_timeout_s
+        scope = Scope(tests=tuple(affected), timeout_s=timeout, test_timeout_s=limit)
         result = self.validator.check(scope, stop_on_pass=not self._all_of(affected))
         result.unaffected = unaffected
         if unaffected:
