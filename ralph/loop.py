@@ -177,6 +177,7 @@ class Loop:
         changes = tuple(report.changes or candidate.changes)
         if report.gated:
             self.states.current = i
+            self.states.stand += 1
             return self.branch.prepare(changes, message, self.workspace.encode)
         if self.gate is None:  # a verifier wired to gate beside a loop that has no gate: never commit
             raise RalphError("internal error: a verdict whose gate is to run beside the loop, and no gate")
@@ -184,6 +185,7 @@ class Loop:
         entry = Provisional(i, self.states.current, candidate, changes, message, unconfirmed)
         self.states.provisional.append(entry)
         self.states.current = entry.state
+        self.states.stand += 1
         stages = tuple(report.stages)
         self.gate.submit(GateJob(entry.state, entry.parent, candidate, changes, stages))
         return None
@@ -248,6 +250,7 @@ class Loop:
             lane.verifier.reverted(changes)
             lane.verifier.restored(lane.workspace.take_foreign())
         states.current = states.gated_id
+        states.stand += 1  # back on an older state: what drafters proposed there may be unverified
         result.accepted -= len(undone)
         memory.forget({s.state for s in undone})  # what was rejected against them may do on this one
         if outcome.verdict == "rejected" and report is not None:
@@ -481,7 +484,7 @@ class Loop:
         return DraftContext(
             task=self.task,
             project=self.workspace.accepted_project,
-            state_id=self.states.current,
+            state_id=self.states.stand,
             **vars(self.verifier.evidence(state)),
             rejected=frozenset(memory.rejected),
             attempts=tuple(memory.attempts),
@@ -565,6 +568,10 @@ class States:
     gated_id: int = 0
     current: int = 0
     provisional: list[Provisional] = field(default_factory=list)
+    # Drafters' per-state memory is keyed on this: it changes with every state the loop moves to,
+    # back to an older one included (the candidates a drafter proposed there after the one that was
+    # accepted and undone were never verified).
+    stand: int = 0
 
     @property
     def unconfirmed(self) -> bool:

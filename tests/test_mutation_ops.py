@@ -507,3 +507,35 @@ def test_the_rarer_one_line_bugs_have_templates():
         "r = range(n)\n"
     ]
     assert "line 1: `is` -> `==`" in _described("ok = x is 1\n", [1], "compare_flip")
+
+
+def test_a_statement_moves_one_level_out_of_or_into_a_loop_or_if_body():
+    inside = "def total(xs):\n    acc = 0\n    for x in xs:\n        acc += x\n        return acc\n"
+    [out] = [m for m in generate_mutants(inside, [5]) if m.operator == "move_out"]
+    assert out.source == inside.replace("        return acc", "    return acc")
+    assert out.description == "line 5: move `return acc` out of the `for` body"
+    after = "def count(xs):\n    n = 0\n    for x in xs:\n        x.check()\n    n += 1\n    return n\n"
+    [into] = [m for m in generate_mutants(after, [5]) if m.operator == "move_in"]
+    assert into.source == after.replace("    n += 1", "        n += 1")
+    # Never: the only statement of a body, a block with `else`, a loop's `break`, a multi-line one.
+    lone = "for x in xs:\n    f(x)\n"
+    assert _described(lone, [2], "move_out") == []
+    with_else = "for x in xs:\n    f(x)\n    g(x)\nelse:\n    h()\nk()\n"
+    assert _described(with_else, [3, 6], "move_out") + _described(with_else, [6], "move_in") == []
+    breaking = "while True:\n    f()\n    break\n"
+    assert _described(breaking, [3], "move_out") == []
+    spread = "if a:\n    f()\n    g(1,\n      2)\n"
+    assert _described(spread, [3], "move_out") == []
+
+
+def test_a_missing_empty_input_guard_is_inserted_returning_what_the_function_returns_elsewhere():
+    source = 'def mean(xs):\n    """Mean."""\n    if len(xs) > 99:\n        return 0.0\n    return sum(xs) / len(xs)\n'
+    guards = [m for m in generate_mutants(source, [5, 1]) if m.operator == "insert_guard"]
+    assert [m.description for m in guards] == ["line 3: add `if not xs: return 0.0`"]
+    assert guards[0].source == source.replace(
+        "    if len(xs) > 99:", "    if not xs:\n        return 0.0\n    if len(xs) > 99:"
+    )
+    bare = "def first(items):\n    return items[0]\n"
+    assert _described(bare, [2, 1], "insert_guard") == ["line 2: add `if not items: return None`"]
+    guarded = "def first(items):\n    if not items:\n        return None\n    return items[0]\n"
+    assert _described(guarded, [4, 1], "insert_guard") == []

@@ -59,6 +59,29 @@ BUGS = {
             "def test_total():\n    assert total([1, 2, 3]) == 6\n"
         ),
     },
+    "return_in_loop": {
+        "scan.py": (
+            "def positives(xs):\n    found = []\n    for x in xs:\n        if x > 0:\n"
+            "            found.append(x)\n        return found\n"
+        ),
+        "tests/test_scan.py": (
+            "from scan import positives\n\n\n"
+            "def test_positives():\n    assert positives([-1, 2, 3]) == [2, 3]\n"
+        ),
+    },
+    "missing_guard": {
+        "average.py": (
+            "def average(xs):\n"
+            '    """The mean of xs; 0 for no values."""\n'
+            "    return sum(xs) / len(xs)\n\n\n"
+            "def spread(xs):\n    if not xs:\n        return 0\n    return max(xs) - min(xs)\n"
+        ),
+        "tests/test_average.py": (
+            "from average import average\n\n\n"
+            "def test_average():\n    assert average([1, 2, 3]) == 2\n\n\n"
+            "def test_no_values():\n    assert average([]) == 0\n"
+        ),
+    },
 }
 
 

@@ -22,7 +22,7 @@ class DraftContext:
 
     task: str
     project: Path  # a read-only view of the accepted state (never a candidate's files)
-    state_id: int  # changes whenever a candidate is accepted
+    state_id: int  # changes whenever the loop moves to another state (back to an older one too)
     failing_tests: tuple[TestResult, ...]
     diagnostics: tuple[Diagnostic, ...]
     failing_checks: tuple[str, ...]

@@ -115,6 +115,9 @@ _COSTS = {
     "toggle_reverse": 3,
     "flip_returns": 3,
     "swap_receiver": 3,
+    "move_out": 3,
+    "move_in": 3,
+    "insert_guard": 3,
 }
 
 # What a parameter's default may have been meant to be, by what it is now.
@@ -260,6 +263,9 @@ _NESTED_SCOPES = (
     ast.GeneratorExp,
 )
 _DELETABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)
+# Statements moved one level in or out of a loop or `if` body, and the blocks they move across.
+_MOVABLE = (*_DELETABLE, ast.Return, ast.Raise, ast.Break, ast.Continue)
+_BLOCKS = {ast.For: "for", ast.AsyncFor: "for", ast.While: "while", ast.If: "if"}
 _NEVER_SUBSTITUTED = frozenset({"self", "cls"})
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -333,7 +339,7 @@ def _module_strings(source: str) -> tuple[dict[str, int], frozenset[tuple[int, i
     return found, frozenset(skipped)
 
 
-def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.If) -> Iterator[ast.AST]:
     """The nodes of `function`'s body, not those of the functions, classes and lambdas inside it."""
     stack: list[ast.AST] = list(function.body)
     while stack:
@@ -341,6 +347,25 @@ def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast
         yield node
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
             stack.extend(ast.iter_child_nodes(node))
+
+
+_SIZED_CALLS = frozenset({"len", "min", "max", "sum", "sorted", "next", "iter", "reversed"})
+
+
+def _emptiable_uses(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.Name]:
+    """The names `function` uses where an empty (or None, or zero) value fails or misleads: indexed,
+    iterated, sized, a divisor, an attribute's object."""
+    for node in _own_nodes(function):
+        found: list[ast.expr] = []
+        if isinstance(node, ast.Subscript | ast.Attribute):
+            found = [node.value]
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+            found = [node.iter]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
+            found = [node.right]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SIZED_CALLS:
+            found = list(node.args[:1])
+        yield from (n for n in found if isinstance(n, ast.Name))
 
 
 def _is_generator(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -719,6 +744,8 @@ class _Collector:
                     if isinstance(stmt, _DELETABLE) and self._relevant(stmt):
                         with contextlib.suppress(_BadPosition):
                             self._delete_statement(stmt)
+            if isinstance(block, list):
+                self._moves(block)
         if isinstance(node, ast.comprehension):  # has no position of its own
             for condition in node.ifs:
                 self._negate(condition)
@@ -746,6 +773,7 @@ class _Collector:
             self._defaults(node)
             self._add_return(node)
             self._flip_returns(node)
+            self._insert_guard(node)
         elif _pair(node):  # `(j, i)` meant `(i, j)`
             assert isinstance(node, ast.Tuple | ast.List)
             self._swap_nodes(node, node.elts[0], node.elts[1], "swap_elements", wrap=False)
@@ -1052,6 +1080,95 @@ class _Collector:
             cursor = b
         text = "".join(parts)
         self._add(node, spans[0][0], spans[-1][1], text, "flip_returns", "flip every `return True`/`False`")
+
+    def _moves(self, block: list[ast.stmt]) -> None:
+        """A statement one level out of the loop or `if` body it ends (`return total` inside the
+        loop that sums), or the statement after a loop or `if` into the end of its body (`count += 1`
+        left after the loop it belongs in). Only blocks without `else`, one-line statements."""
+        for i, compound in enumerate(block):
+            if not isinstance(compound, ast.For | ast.AsyncFor | ast.While | ast.If) or compound.orelse:
+                continue
+            keyword = _BLOCKS[type(compound)]
+            inner = compound.body[-1]
+            loop = keyword != "if"
+            if len(compound.body) > 1 and not (loop and isinstance(inner, ast.Break | ast.Continue)):
+                with contextlib.suppress(_BadPosition):
+                    self._reindent(inner, compound, "move_out", f"out of the `{keyword}` body")
+            if i + 1 < len(block):
+                with contextlib.suppress(_BadPosition):
+                    self._reindent(block[i + 1], inner, "move_in", f"into the `{keyword}` body")
+
+    def _reindent(self, stmt: ast.stmt, like: ast.stmt, operator: str, where: str) -> None:
+        """`stmt`, a one-line statement alone on its line, indented as `like` is."""
+        if not isinstance(stmt, _MOVABLE) or stmt.end_lineno != stmt.lineno or not self._relevant(stmt):
+            return
+        source = self.text.source
+        line_start = self.text.line_starts[stmt.lineno - 1]
+        start, end = self.text.span(stmt)
+        rest = source[end : self.text.line_end(stmt.lineno)].strip()
+        like_start = self.text.line_starts[like.lineno - 1]
+        indent, new = source[line_start:start], source[like_start : self.text.span(like)[0]]
+        if indent.strip() or new.strip() or indent == new or (rest and not rest.startswith("#")):
+            return
+        self._add(stmt, line_start, start, new, operator, f"move `{_short(source[start:end])}` {where}")
+
+    def _insert_guard(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """`if not xs: return 0` before a function's first statement, for the parameters its
+        suspicious lines use: the missing empty-input check. What it returns is what the function
+        returns elsewhere (a literal), or what the module's other such guards return, else None."""
+        body = node.body
+        docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        if docstring and len(body) == 1:
+            return
+        first = body[1] if docstring else body[0]
+        args = node.args
+        used = {n.id for n in _emptiable_uses(node) if n.lineno in self.wanted}
+        guarded = {ast.dump(n.test) for n in _own_nodes(node) if isinstance(n, ast.If)}
+        params = [
+            a.arg
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
+            if a.arg in used and a.arg not in _NEVER_SUBSTITUTED
+        ]
+        params = [p for p in params if ast.dump(ast.parse(f"not {p}", mode="eval").body) not in guarded][:3]
+        values = list(dict.fromkeys([*self._literal_returns(node), *self._module_guards]))[:3] or ["None"]
+        start, _ = self.text.span(first)
+        line_start = self.text.line_starts[first.lineno - 1]
+        def_start = self.text.line_starts[node.lineno - 1]
+        indent = self.text.source[line_start:start]
+        outer = self.text.source[def_start : def_start + node.col_offset]
+        if indent.strip() or not indent.startswith(outer) or len(indent) <= len(outer):
+            return
+        step = indent[len(outer) :]
+        for param in params:
+            for value in values:
+                text = f"if not {param}:\n{indent}{step}return {value}\n{indent}"
+                self._add(node, start, start, text, "insert_guard", f"add `if not {param}: return {value}`")
+
+    @functools.cached_property
+    def _module_guards(self) -> tuple[str, ...]:
+        """What the module's `if not x: return <literal>` guards return."""
+        found = []
+        for node in ast.walk(self.tree):
+            test = getattr(node, "test", None)
+            if not isinstance(node, ast.If) or not isinstance(test, ast.UnaryOp) or node.orelse:
+                continue
+            if isinstance(test.op, ast.Not) and len(node.body) == 1 and isinstance(node.body[0], ast.Return):
+                found += list(self._literal_returns(node))
+        return tuple(found)
+
+    def _literal_returns(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.If) -> Iterator[str]:
+        """The texts of the literal values the function returns (`0`, `[]`, `None`, `""`)."""
+        for child in _own_nodes(node):
+            if not isinstance(child, ast.Return):
+                continue
+            value = child.value
+            if value is None:
+                yield "None"
+            elif isinstance(value, ast.Constant) or (
+                isinstance(value, ast.List | ast.Tuple | ast.Dict)
+                and not (getattr(value, "elts", None) or getattr(value, "keys", None))
+            ):
+                yield self.text.text(value)
 
     def _negate(self, test: ast.expr) -> None:
         if not self._relevant(test):
