@@ -102,8 +102,9 @@ def test_a_directory_of_projects_is_a_task_suite(tmp_path):
 def test_the_templates_are_counted_from_the_traces():
     from ralph.bench.fix import template_stats
 
-    def candidate(operator: str, verdict: str, stage: str | None = None) -> dict:
-        return {"meta": {"operator": operator}, "verdict": verdict, "failed_stage": stage}
+    def candidate(operator: str, verdict: str, stage: str | None = None, fingerprint: str = "") -> dict:
+        meta = {"operator": operator}
+        return {"meta": meta, "verdict": verdict, "failed_stage": stage, "fingerprint": fingerprint}
 
     traces = [
         [
@@ -120,8 +121,13 @@ def test_the_templates_are_counted_from_the_traces():
             }
         ],
         [{"type": "iteration", "candidates": [candidate("compare_flip", "rejected", "policy")]}],
+        [  # accepted on its targeted stages, undone by its background gate: not an accept
+            {"type": "iteration", "candidates": [candidate("drop_arg", "accepted", fingerprint="f1")]},
+            {"type": "gate", "verdict": "rejected", "fingerprint": "f1"},
+        ],
     ]
     assert template_stats(traces) == {
         "add_return": {"verified": 1, "accepted": 1, "r": 1.0},
         "compare_flip": {"verified": 2, "accepted": 1, "r": 0.5},
+        "drop_arg": {"verified": 1, "accepted": 0, "r": 0.0},
     }

@@ -274,10 +274,11 @@ def _spread(name: str, values: list[float]) -> dict[str, float | None]:
 
 def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """Per kind of edit (a candidate's `meta.operator`, the offline drafter's template): candidates
-    verified, accepted (on their targeted stages), and r, accepted over verified: which bug kinds the
-    templates handle."""
+    verified, accepted (an accept its background gate undid does not count), and r, accepted over
+    verified: which bug kinds the templates handle."""
     counts: dict[str, list[int]] = {}
     for trace in traces:
+        undone = {r.get("fingerprint") for r in trace if r["type"] == "gate" and r.get("verdict") != "passed"}
         for record in trace:
             for candidate in record.get("candidates", ()) if record["type"] == "iteration" else ():
                 operator = (candidate.get("meta") or {}).get("operator")
@@ -285,7 +286,7 @@ def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, fl
                     continue
                 seen = counts.setdefault(str(operator), [0, 0])
                 seen[0] += 1
-                seen[1] += candidate["verdict"] == "accepted"
+                seen[1] += candidate["verdict"] == "accepted" and candidate.get("fingerprint") not in undone
     return {
         op: {"verified": n, "accepted": k, "r": round(k / n, 4)}
         for op, (n, k) in sorted(counts.items(), key=lambda item: (-item[1][1], item[0]))
