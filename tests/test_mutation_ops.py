@@ -539,3 +539,15 @@ def test_a_missing_empty_input_guard_is_inserted_returning_what_the_function_ret
     assert _described(bare, [2, 1], "insert_guard") == ["line 2: add `if not items: return None`"]
     guarded = "def first(items):\n    if not items:\n        return None\n    return items[0]\n"
     assert _described(guarded, [4, 1], "insert_guard") == []
+
+
+def test_two_edits_are_combined_only_when_they_touch_apart_and_parse():
+    from ralph.drafters.mutation_ops import combine
+
+    source = "a = 1\nb = 2\n"
+    first = next(m for m in generate_mutants(source, [1]) if m.source == "a = 0\nb = 2\n")
+    second = next(m for m in generate_mutants(source, [2]) if m.source == "a = 1\nb = 3\n")
+    assert combine(source, first, second) == combine(source, second, first) == "a = 0\nb = 3\n"
+    assert combine(source, first, first) is None
+    other = next(m for m in generate_mutants(source, [1]) if m.source == "a = 2\nb = 2\n")
+    assert combine(source, first, other) is None  # the same token: overlapping edits

@@ -140,3 +140,24 @@ def test_a_hanging_candidate_takes_no_more_than_a_fair_share_of_the_run(make_rep
     assert first["verdict"] != "accepted"
     [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
     assert tests["duration_ms"] < 4500, tests  # 6 s without the fair share
+
+
+def test_a_bug_that_needs_two_edits_is_fixed_once_single_edits_are_spent(make_repo):
+    repo = make_repo(
+        {
+            "window.py": "def window(xs):\n    start = 1\n    end = len(xs) - 1\n    return xs[start:end]\n",
+            "tests/test_window.py": (
+                "from window import window\n\n\ndef test_window():\n    assert window([1, 2, 3]) == [1, 2, 3]\n"
+            ),
+        }
+    )
+    outcome = fix(repo, RunConfig(drafter="mutation", max_iterations=25), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    accepted = [
+        c
+        for r in read_trace(outcome.trace)
+        if r["type"] == "iteration"
+        for c in r["candidates"]
+        if c["verdict"] == "accepted"
+    ]
+    assert [c["meta"]["operator"] for c in accepted] == ["pair"]

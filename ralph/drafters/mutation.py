@@ -2,22 +2,29 @@
 
 Lint first goes to `ruff check --fix` (and `ruff format` when a failing check asks for it); then single
 mutations (operator swaps, comparison flips, off-by-one, negations, substitutions, ...) at the suspicious
-lines, most suspicious line first, simplest mutation first.
+lines, most suspicious line first, simplest mutation first; then, once those are spent, pairs of the
+simplest mutations of the most suspicious lines (bounded).
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.protocols import DraftContext
-from ralph.drafters.mutation_ops import generate_mutants
+from ralph.drafters.mutation_ops import Mutant, combine, generate_mutants
 from ralph.drafters.queue import CandidateQueue
 from sandboxes.workspace import read_text_beneath
 from validators.toolchain import ruff_bin
+
+# Two-edit candidates: the simplest few mutants of the most suspicious lines, paired, at most so many.
+PAIR_LINES = 4
+PAIR_PER_LINE = 6
+MAX_PAIRS = 150
 
 
 class MutationDrafter:
@@ -41,16 +48,48 @@ class MutationDrafter:
                 sources[path] = read_text_beneath(context.project, path) if path.endswith(".py") else None
             return sources[path]
 
-        for path, line in with_def_lines([*context.suspicious, *lines], read):
+        pool: list[tuple[int, str, Mutant]] = []  # (rank of its line, path, mutant), to pair later
+        for rank, (path, line) in enumerate(with_def_lines([*context.suspicious, *lines], read)):
             if is_protected(path, context.protected) or (source := read(path)) is None:
                 continue
-            for mutant in generate_mutants(source, [line]):
+            mutants = generate_mutants(source, [line])
+            if mutants and len({r for r, _, _ in pool}) < PAIR_LINES:
+                pool += [(rank, path, m) for m in mutants[:PAIR_PER_LINE]]
+            for mutant in mutants:
                 yield Candidate(
                     drafter=self.name,
                     description=f"{path}:{mutant.description}",
                     changes=(FileChange(path, source, mutant.source),),
                     meta={"operator": mutant.operator},
                 )
+        yield from self._pairs(pool, read)
+
+    def _pairs(
+        self, pool: list[tuple[int, str, Mutant]], read: Callable[[str], str | None]
+    ) -> Iterator[Candidate]:
+        """Two edits at once, once every single one was tried: the pooled mutants paired (edits that
+        overlap or do not parse together aside), most suspicious lines and simplest mutants first."""
+        pairs = sorted(
+            itertools.combinations(pool, 2), key=lambda p: (p[0][2].cost + p[1][2].cost, p[0][0] + p[1][0])
+        )
+        made = 0
+        for (_, path_a, a), (_, path_b, b) in pairs:
+            source_a, source_b = read(path_a), read(path_b)
+            if source_a is None or source_b is None:
+                continue
+            changes: tuple[FileChange, ...]
+            if path_a == path_b:
+                both = combine(source_a, a, b)
+                if both is None:
+                    continue
+                changes = (FileChange(path_a, source_a, both),)
+            else:
+                changes = (FileChange(path_a, source_a, a.source), FileChange(path_b, source_b, b.source))
+            description = f"{path_a}:{a.description} and {path_b}:{b.description}"
+            yield Candidate(self.name, description, changes, meta={"operator": "pair"})
+            made += 1
+            if made >= MAX_PAIRS:
+                return
 
 
 def with_def_lines(

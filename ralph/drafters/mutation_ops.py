@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["MAX_MUTANTS_PER_LINE", "MAX_SUBSTITUTIONS_PER_NAME", "Mutant", "generate_mutants"]
+__all__ = ["MAX_MUTANTS_PER_LINE", "MAX_SUBSTITUTIONS_PER_NAME", "Mutant", "combine", "generate_mutants"]
 
 MAX_MUTANTS_PER_LINE = 60
 MAX_SUBSTITUTIONS_PER_NAME = 6
@@ -35,6 +35,8 @@ class Mutant:
     description: str  # human readable, e.g. "line 12: `<` -> `<=`"
     source: str  # the whole mutated file text
     cost: int  # simplicity rank: lower = simpler / more likely to be the fix
+    span: tuple[int, int] = (0, 0)  # the characters of the original it replaces
+    text: str = ""  # and what it puts there
 
 
 def generate_mutants(source: str, lines: Sequence[int]) -> list[Mutant]:
@@ -77,10 +79,22 @@ def generate_mutants(source: str, lines: Sequence[int]) -> list[Mutant]:
                     description=f"line {edit.line}: {edit.description}",
                     source=mutated,
                     cost=edit.cost,
+                    span=(edit.start, edit.end),
+                    text=replacement,
                 )
             )
             produced += 1
     return mutants
+
+
+def combine(source: str, first: Mutant, second: Mutant) -> str | None:
+    """`source` with both mutants' edits, when they touch apart and the result parses; else None."""
+    (a, b), (c, d) = sorted([first.span, second.span])
+    if b > c or first.span == second.span:
+        return None
+    texts = dict([(first.span, first.text), (second.span, second.text)])
+    both = source[:a] + texts[(a, b)] + source[b:c] + texts[(c, d)] + source[d:]
+    return both if _parse(both) is not None else None
 
 
 # Operator costs: lower means simpler, tried first.
