@@ -294,3 +294,38 @@ def test_a_change_no_failing_test_can_see_is_rejected_without_running_them(verif
     assert not report.accepted and report.reason == "no improvement on the targeted checks"
     probe = report.stages[2]
     assert probe.skipped and probe.unaffected == 3 and probe.tests == []
+
+
+BUGGY_TYPED = {
+    **TYPED,
+    "shapes.py": "def area(w: int, h: int) -> int:\n    return w + h\n",
+}
+
+
+def test_the_type_check_waits_for_an_improvement_unless_the_state_has_type_errors(verifier):
+    """A candidate that improves nothing is rejected without a type check; one that fixes a test
+    but breaks the types is rejected by it; a state whose error includes a type error has its
+    candidates type-checked beside the tests, since fixing that error alone is progress."""
+    v, ws, state = verifier(BUGGY_TYPED, types=True)
+    ws.capture()
+    useless = v.verify(candidate(ws, "shapes.py", "w + h", "h + w"), state, ws.restore)
+    assert not useless.accepted and "mypy" not in [s.stage for s in useless.stages if not s.skipped]
+    ws.restore()
+    ill_typed = candidate(
+        ws, "shapes.py", "    return w + h", "    product: str = w * h\n    return w * h if product else 0"
+    )
+    typed_wrong = v.verify(ill_typed, state, ws.restore)
+    assert not typed_wrong.accepted and typed_wrong.failed_stage == "mypy", typed_wrong.reason
+    ws.restore()
+    fixed = v.verify(candidate(ws, "shapes.py", "w + h", "w * h"), state, ws.restore)
+    assert fixed.accepted and [s.stage for s in fixed.stages].count("mypy") == 1, fixed.reason
+
+
+def test_a_fix_of_a_type_error_alone_is_progress(verifier):
+    broken = {**TYPED, "report.py": TYPED["report.py"].replace("str(area(2, 3) + 0)", "area(2, 3)")}
+    v, ws, state = verifier(broken, types=True)
+    assert any(tool == "mypy" for tool, _ in state.diagnostics)
+    fixed = v.verify(
+        candidate(ws, "report.py", "'area ' + area(2, 3)", "'area ' + str(area(2, 3))"), state, ws.restore
+    )
+    assert fixed.accepted, fixed.reason

@@ -170,7 +170,7 @@ class Verifier:
         if self.background:
             sequence = sequence[:-2]
         # A regressing mutant is rejected, never formatted: the detection has no format stage.
-        detection = (Step(checks), Step((SelectedTestsStage(self), TypesStage(self))))
+        detection = (Step(checks), Step((SelectedTestsStage(self),)), Step((TypesStage(self, settled=True),)))
         return static, sequence, detection
 
     def gate_steps(self, tests: PytestValidator, checks: CommandValidator) -> tuple[Step, Step]:
