@@ -69,3 +69,19 @@ def test_only_the_functions_an_edit_changed_are_judged(tmp_path):
     assert not result.ok and "parameter `unused` becomes unused" in result.detail
     itself = before.replace("return y + 1", "return y == y")
     assert "compared with itself" in checker.start([FileChange("m.py", before, itself)])().detail
+
+
+def test_branches_that_were_already_the_same_are_the_projects_own_not_the_edits(tmp_path):
+    """pyflakes has `if`/`elif` branches with the same body on purpose: a fix elsewhere in that
+    function is no reason to reject it; branches an edit makes the same still are."""
+    before = (
+        "def kind(x):\n    if x < 0:\n        return 'small'\n    elif x > 99:\n        return 'small'\n"
+        "    return 'big' + str(x + 1)\n"
+    )
+    checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    fix = before.replace("x + 1", "x")
+    assert checker.start([FileChange("m.py", before, fix)])().ok
+    differ = before.replace("return 'small'\n    return", "return 'tiny'\n    return")
+    made_same = FileChange("m.py", differ, before)
+    result = checker.start([made_same])()
+    assert not result.ok and "two branches became the same" in result.detail

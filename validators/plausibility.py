@@ -23,6 +23,10 @@ from sandboxes.local import Started
 from validators.toolchain import Toolchain
 
 RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
+# Findings of the code's shape, not of what a fix leaves out: one already in the accepted text, on a
+# line the edit left as it was, is the project's own (pyflakes has `if`/`elif` branches that are the
+# same on purpose; its true fixes were rejected for them).
+_STRUCTURAL = frozenset({"PLR0124", "SIM114", "RUF034"})
 MODES = ("reject", "warn", "off")
 _MAX_TEXT = 2 << 20  # a file this large is not checked (a generated module)
 
@@ -50,6 +54,8 @@ class PlausibilityValidator:
         self.toolchain = toolchain
         self.binary = binary
         self.mode = mode
+        # The structural findings of each accepted text (path, text) as (code, message, line text).
+        self._before: dict[tuple[str, str], frozenset[tuple[str, str, str]]] = {}
 
     def start(self, changes: Sequence[FileChange], timeout_s: float = 30.0) -> Callable[[], StageResult]:
         """Start ruff on each changed file's new text; calling the result waits for the verdict."""
@@ -62,9 +68,17 @@ class PlausibilityValidator:
                 self.name, ok=True, duration_ms=0.0, skipped=True, detail="nothing to check"
             )
         running = [(c, self._start(c.path, c.after or "")) for c in files]
+        earlier = {
+            (c.path, c.before): self._start(c.path, c.before)
+            for c in files
+            if c.before is not None and (c.path, c.before) not in self._before
+        }
 
         def collect() -> StageResult:
             found: list[Diagnostic] = []
+            for key, process in earlier.items():  # (only the latest accepted text of a file is kept)
+                self._before = {k: v for k, v in self._before.items() if k[0] != key[0]}
+                self._before[key] = self._structural(key[1], process, timeout_s)
             for change, process in running:
                 try:
                     after = self._read(process.wait(timeout_s).output)
@@ -74,10 +88,13 @@ class PlausibilityValidator:
                         self.name, ok=False, duration_ms=elapsed_ms(start), detail=why, error=why
                     )
                 spans = changed_functions(change.before or "", change.after or "")
+                own = self._before.get((change.path, change.before or ""), frozenset())
+                lines = (change.after or "").splitlines()
                 found += [
                     Diagnostic(self.name, change.path, line, code, _explain(code, message))
                     for code, message, line in after
                     if any(first <= line <= last for first, last in spans)
+                    and (code, message, _line(lines, line)) not in own
                 ]
             detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
             checked = [(self.name, c.path) for c in files]
@@ -103,6 +120,16 @@ class PlausibilityValidator:
             argv, cwd=str(self.toolchain.project), env={"RAYON_NUM_THREADS": "1"}, stdin=text
         )
 
+    def _structural(self, text: str, process: Started, timeout_s: float) -> frozenset[tuple[str, str, str]]:
+        """The structural findings of an accepted text (none when ruff gave no answer: nothing is
+        excused then)."""
+        try:
+            findings = self._read(process.wait(timeout_s).output)
+        except ValueError:
+            return frozenset()
+        lines = text.splitlines()
+        return frozenset((code, msg, _line(lines, row)) for code, msg, row in findings if code in _STRUCTURAL)
+
     @staticmethod
     def _read(output: str) -> list[tuple[str, str, int]]:
         records = json.loads(output)  # (ValueError when it is not ruff's JSON)
@@ -115,6 +142,10 @@ class PlausibilityValidator:
             except (KeyError, TypeError, ValueError):
                 continue
         return found
+
+
+def _line(lines: list[str], row: int) -> str:
+    return lines[row - 1].strip() if 0 < row <= len(lines) else ""
 
 
 def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
