@@ -85,3 +85,20 @@ def test_branches_that_were_already_the_same_are_the_projects_own_not_the_edits(
     made_same = FileChange("m.py", differ, before)
     result = checker.start([made_same])()
     assert not result.ok and "two branches became the same" in result.detail
+
+
+def test_unused_parameters_of_an_interface_are_the_projects_own(tmp_path):
+    """A method's parameter unused before the edit (pyasn1's `decodeFun`), or a function's whose
+    name other functions of the module take (tabulate's `colwidths` callbacks), does not make a fix
+    implausible; a method or function the edit leaves unusing a parameter it used does."""
+    checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    method = "class Codec:\n    def decode(self, data, decodeFun):\n        return data[1:]\n"
+    assert checker.start([FileChange("m.py", method, method.replace("[1:]", "[2:]"))])().ok
+    family = (
+        "def plain(widths, aligns):\n    return '-'\n\n\n"
+        "def piped(widths, aligns):\n    return '|' * len(widths) + str(aligns)\n"
+    )
+    assert checker.start([FileChange("m.py", family, family.replace("'-'", "'+'"))])().ok
+    used = family.replace("'|' * len(widths)", "'|' * 2")
+    result = checker.start([FileChange("m.py", family, used)])()
+    assert not result.ok and "parameter `widths` becomes unused" in result.detail
