@@ -881,21 +881,28 @@ _Def = ast.FunctionDef | ast.AsyncFunctionDef
 _CODE_BLOCK_RE = re.compile(r"^```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)^```", re.M | re.S)
 
 
-def parse_function_blocks(text: str, files: Mapping[str, str]) -> list[FunctionReplacement]:
-    """Whole corrected functions in a reply: each fenced code block that parses as exactly one
-    top-level `def` (decorators allowed), placed in the first of `files` (most suspicious first)
-    that defines a function of that name (an EditError when that file has several). What small
-    models answer with when asked for a fix."""
-    found: list[FunctionReplacement] = []
+def function_blocks(text: str) -> list[tuple[str, str]]:
+    """(name, source) of each closed fenced code block in `text` that parses as exactly one top-level
+    `def` (decorators allowed), in order. Pure: what `parse_function_blocks` places, and what a
+    streamed reply is read for (its first such block is the whole answer to the function prompt)."""
+    found = []
     for match in _CODE_BLOCK_RE.finditer(text):
         source = match.group(1)
         try:
             body = ast.parse(source).body
         except SyntaxError:
             continue
-        if len(body) != 1 or not isinstance(body[0], ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        name = body[0].name
+        if len(body) == 1 and isinstance(body[0], ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append((body[0].name, source))
+    return found
+
+
+def parse_function_blocks(text: str, files: Mapping[str, str]) -> list[FunctionReplacement]:
+    """Whole corrected functions in a reply (`function_blocks`), each placed in the first of `files`
+    (most suspicious first) that defines a function of that name (an EditError when that file has
+    several). What small models answer with when asked for a fix."""
+    found: list[FunctionReplacement] = []
+    for name, source in function_blocks(text):
         for path, content in files.items():
             try:
                 _find_def(ast.parse(content), name, path)

@@ -3,13 +3,16 @@
 Serves `.../chat/completions` (chat) and every other `.../completions` route (text completion and
 fill-in-the-middle, e.g. Inception's `/v1/fim/completions`) on 127.0.0.1. Each request takes the next
 scripted answer: replies (one choice per text) or an error status with an OpenAI-style error body.
-Requests are recorded so tests can check what the drafter sent.
+Requests are recorded so tests can check what the drafter sent. A request with `"stream": true` is
+answered with server-sent events, a few characters each, and the server records how much of each
+stream it sent before the client hung up (`streams`).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,11 +36,24 @@ class _Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class FakeModelServer:
-    """Use as a context manager; `base_url` is the `api_base` to give litellm."""
+@dataclass
+class Stream:
+    """What the server sent of one streamed answer."""
 
-    def __init__(self) -> None:
+    chunks: int  # the answer's content chunks
+    sent: int = 0  # how many of them the client took before it hung up (or all)
+    hung_up: bool = False
+
+
+class FakeModelServer:
+    """Use as a context manager; `base_url` is the `api_base` to give litellm. A streamed answer is
+    sent `chunk_chars` characters an event, `chunk_delay_s` apart."""
+
+    def __init__(self, chunk_chars: int = 8, chunk_delay_s: float = 0.0) -> None:
         self.requests: list[Request] = []
+        self.streams: list[Stream] = []
+        self.chunk_chars = chunk_chars
+        self.chunk_delay_s = chunk_delay_s
         self._script: deque[_Answer] = deque()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         # A short poll interval: shutdown() waits for the next poll, 0.5 s by default, in every test.
@@ -101,6 +117,23 @@ class FakeModelServer:
         )
 
 
+def _events(payload: dict[str, Any], size: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A chat answer as stream chunks: its content in pieces of `size` characters, then the finish
+    reason; and the closing chunk with the usage."""
+    base = {k: payload[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = payload["choices"][0] if payload["choices"] else {"message": {"content": ""}}
+    text = choice["message"]["content"]
+    pieces = [text[i : i + size] for i in range(0, len(text), size)] or [""]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        for piece in pieces
+    ]
+    chunks.append(
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
+    )
+    return chunks, {**base, "choices": [], "usage": payload["usage"]}
+
+
 def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -110,6 +143,9 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 status, headers, payload = 404, {}, {"error": {"message": f"no route {self.path}"}}
             else:
                 status, headers, payload = server.answer(self.path, body)
+            if status == 200 and body.get("stream") and self.path.endswith("/chat/completions"):
+                self._stream(payload, bool((body.get("stream_options") or {}).get("include_usage")))
+                return
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -118,6 +154,24 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream(self, payload: dict[str, Any], usage: bool) -> None:
+            chunks, closing = _events(payload, server.chunk_chars)
+            log = Stream(len(chunks) - 1)
+            server.streams.append(log)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                for i, chunk in enumerate([*chunks, *([closing] if usage else [])]):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                    log.sent = min(i + 1, log.chunks)
+                    time.sleep(server.chunk_delay_s)
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except OSError:  # the client hung up
+                log.hung_up = True
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
             pass

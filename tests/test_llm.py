@@ -655,3 +655,50 @@ def test_the_function_prompt_asks_for_the_corrected_function_and_replaces_it_by_
         drafter(server, prompt="diff")
     assert LLMDrafter("openai/smol", api_base=server.base_url).prompt == "function"  # local: auto
     assert LLMDrafter("openai/gpt-4o-mini", api_base="https://api.example.com/v1").prompt == "search-replace"
+
+
+STREAMED_FIX = (
+    "Here is the fix:\n```python\ndef mean(xs):\n"
+    '    """The arithmetic mean of xs."""\n    total = sum(xs)\n    return total / len(xs)\n```\n'
+)
+
+
+def test_a_streamed_function_reply_is_cut_at_its_first_complete_function(project):
+    """The function prompt's answer is one fenced function: what a small model writes after it
+    (prose, the function again) is not waited for, and hanging up stops the server's stream."""
+    rambling = STREAMED_FIX + "This works because the mean divides by the count.\n" * 80
+    with FakeModelServer(chunk_chars=6, chunk_delay_s=0.002) as slow:
+        slow.reply(rambling, usage=(90, 700))
+        [candidate] = drafter(slow, prompt="function").draft(make_context(project), 1)
+        assert_fixed(candidate)
+        assert slow.requests[0].body["stream"] is True
+        assert candidate.meta["finish_reason"] == "answered"
+        assert "works because" not in candidate.meta["reply"]
+        [stream] = slow.streams
+        deadline = time.monotonic() + 5
+        while not stream.hung_up and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stream.hung_up and stream.sent < stream.chunks / 4
+        # No usage came (the stream was cut before it): the tokens are counted, not left unknown.
+        assert candidate.tokens is not None and 0 < candidate.tokens < 790
+
+
+def test_a_stream_is_read_to_its_end_when_no_function_closes_it(server, project):
+    server.reply("I think the bug is in `mean`, but I am not sure.", usage=(90, 14))
+    [candidate] = drafter(server, prompt="function").draft(make_context(project), 1)
+    assert candidate.error and not candidate.changes
+    assert candidate.meta["finish_reason"] == "stop" and candidate.tokens == 104
+    assert not server.streams[0].hung_up
+
+
+def test_streaming_is_off_for_the_search_replace_prompt_unless_asked(server, project):
+    server.reply(CHATTY_FIX)
+    drafter(server).draft(make_context(project), 1)
+    assert "stream" not in server.requests[0].body
+    server.reply(CHATTY_FIX)
+    [candidate] = drafter(server, stream=True).draft(make_context(project, state_id=1), 1)
+    assert server.requests[1].body["stream"] is True and not server.streams[0].hung_up
+    assert_fixed(candidate)
+    server.reply(STREAMED_FIX)
+    drafter(server, prompt="function", stream=False).draft(make_context(project, state_id=2), 1)
+    assert "stream" not in server.requests[2].body

@@ -41,6 +41,7 @@ from ralph.edits import (
     apply_function_replacement,
     apply_search_replace,
     apply_unified_diff,
+    function_blocks,
     parse_function_blocks,
     parse_search_replace,
     parse_unified_diff,
@@ -130,6 +131,7 @@ class _Completion:
     text: str
     finish_reason: str | None
     latency_ms: float  # of the call that produced it
+    answered_early: bool = False  # the stream was closed at its first complete function
 
 
 @dataclass(frozen=True)
@@ -174,9 +176,12 @@ class LLMDrafter:
         fim: bool | None = None,
         prompt: str = "auto",
         backoff_s: float = 1.0,
+        stream: bool | None = None,
     ) -> None:
         """`fim=None` picks fill-in-the-middle for `text-completion-*` models, chat otherwise.
-        `backoff_s` is the first retry's delay; each further retry doubles it."""
+        `backoff_s` is the first retry's delay; each further retry doubles it. `stream` reads chat
+        replies as they are written and, for the function prompt, hangs up at the first complete
+        function (None: on for the function prompt)."""
         if not model.strip():
             raise RalphError("the model name is empty; give a litellm model such as openai/gpt-4o-mini")
         self.model = model
@@ -195,6 +200,7 @@ class LLMDrafter:
         # of replies were edits, against 14% asked for SEARCH/REPLACE blocks), else SEARCH/REPLACE.
         self.prompt = prompt if prompt != "auto" else ("function" if self._is_local() else "search-replace")
         self.backoff_s = float(backoff_s)
+        self.stream = (self.prompt == "function" and not self.fim) if stream is None else bool(stream)
         if self.timeout_s <= 0 or self.retries < 0 or (self.max_tokens or 1) < 1 or self.backoff_s < 0:
             raise RalphError(
                 f"{self.name}: timeout_s and max_tokens must be positive, retries and backoff_s not negative"
@@ -225,7 +231,7 @@ class LLMDrafter:
         else:
             messages = _function_messages(context) if self.prompt == "function" else None
             request = {"messages": messages or _messages(context), "max_tokens": self._reply_budget(context)}
-            calls = self._sample(request, n)
+            calls = self._sample(request, n, until_function=messages is not None)
             drafts = [self._edit(context, c) for call in calls for c in call.completions]
         self._warm_up_if_repeating(context.state_id, drafts)
         kept = _distinct(drafts, context.rejected)
@@ -273,12 +279,14 @@ class LLMDrafter:
 
     # --- calls -------------------------------------------------------------------------------------
 
-    def _sample(self, request: dict[str, Any], n: int) -> list[_Call]:
-        """Calls until `n` completions came back: one call with `n` where the provider takes it."""
+    def _sample(self, request: dict[str, Any], n: int, *, until_function: bool = False) -> list[_Call]:
+        """Calls until `n` completions came back: one call with `n` where the provider takes it (a
+        streamed call asks for one)."""
         calls: list[_Call] = []
         got = 0
         while got < n:
-            calls.append(self._call(request, n - got if self._takes_n() else 1))
+            batch = self._takes_n() and not (self.stream and not self.fim)
+            calls.append(self._call(request, n - got if batch else 1, until_function=until_function))
             # An OpenAI-compatible server may ignore `n` and answer once; the next call asks for the rest.
             got += len(calls[-1].completions)
         return calls
@@ -294,8 +302,9 @@ class LLMDrafter:
             self._batches = "n" in (params or ())
         return self._batches
 
-    def _call(self, request: dict[str, Any], k: int) -> _Call:
-        """One request for `k` completions, retried with exponential backoff on transient errors."""
+    def _call(self, request: dict[str, Any], k: int, *, until_function: bool = False) -> _Call:
+        """One request for `k` completions, retried with exponential backoff on transient errors.
+        Streamed, with `until_function`: read up to the reply's first complete function."""
         litellm = _litellm()
         kwargs: dict[str, Any] = {
             **request,
@@ -313,12 +322,16 @@ class LLMDrafter:
             kwargs["api_base"] = self.api_base
         if key := self._api_key():
             kwargs["api_key"] = key
-        send = litellm.text_completion if self.fim else litellm.completion
         started = time.perf_counter()
-        response = self._with_retries(send, kwargs)
+        early = False
+        if self.stream and not self.fim:
+            read = functools.partial(self._streamed, until_function)
+            response, early = self._with_retries(read, kwargs)
+        else:
+            response = self._with_retries(litellm.text_completion if self.fim else litellm.completion, kwargs)
         latency_ms = (time.perf_counter() - started) * 1000
         completions = tuple(
-            _Completion(_choice_text(choice), getattr(choice, "finish_reason", None), latency_ms)
+            _Completion(_choice_text(choice), getattr(choice, "finish_reason", None), latency_ms, early)
             for choice in getattr(response, "choices", None) or ()
         )
         usage = getattr(response, "usage", None)
@@ -330,6 +343,38 @@ class LLMDrafter:
             _cost(litellm, response, self.model),
             latency_ms,
         )
+
+    def _streamed(self, until_function: bool, **kwargs: Any) -> tuple[Any, bool]:
+        """One chat completion read as it streams: the response rebuilt from its chunks (usage counted
+        when the server sends none), and whether it was cut at its first complete function. That is
+        the whole answer to the function prompt; what a small model writes after it (prose, the
+        function again) is not waited for, and hanging up tells the server to stop generating. A
+        stream still going at `timeout_s` is cut there (finish reason "timeout")."""
+        litellm = _litellm()
+        stream = litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True})
+        chunks: list[Any] = []
+        text, early, late = "", False, False
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            for chunk in stream:
+                chunks.append(chunk)
+                delta = _delta_text(chunk)
+                text += delta
+                if until_function and "`" in delta and function_blocks(text):
+                    early = True
+                    break
+                if time.monotonic() > deadline:
+                    late = True
+                    break
+        finally:
+            if callable(close := getattr(stream, "close", None)):
+                close()
+        if not chunks:
+            return None, False
+        response = litellm.stream_chunk_builder(chunks, messages=kwargs.get("messages"))
+        if late and response is not None and response.choices:
+            response.choices[0].finish_reason = "timeout"
+        return response, early
 
     def _with_retries(self, send: Any, kwargs: dict[str, Any]) -> Any:
         for attempt in range(self.retries + 1):
@@ -433,7 +478,7 @@ class LLMDrafter:
         return {
             "model": self.model,
             "mode": "fim" if self.fim else "chat",
-            "finish_reason": completion.finish_reason,
+            "finish_reason": "answered" if completion.answered_early else completion.finish_reason,
             "latency_ms": round(completion.latency_ms, 1),
             "reply": redact(reply, [self._api_key()]),
         }
@@ -448,6 +493,8 @@ class LLMDrafter:
             error = _for_model(err)
             if completion.finish_reason == "length":
                 error += "\n(The reply was cut off at the token limit: send shorter edits.)"
+            elif completion.finish_reason == "timeout":
+                error += "\n(The reply was cut off at the time limit: send shorter edits.)"
             return Candidate(self.name, summary or "an edit that did not apply", (), error=error, meta=meta)
         description = summary or "edit " + ", ".join(change.path for change in changes)
         return Candidate(self.name, description, changes, meta=meta)
@@ -525,6 +572,14 @@ def _function_messages(context: DraftContext) -> list[dict[str, str]] | None:
         {"role": "system", "content": FUNCTION_SYSTEM_PROMPT},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
+
+
+def _delta_text(chunk: Any) -> str:
+    """The text a stream chunk adds (its first choice's delta)."""
+    choices = getattr(chunk, "choices", None) or ()
+    delta = getattr(choices[0], "delta", None) if choices else None
+    text = getattr(delta, "content", None)
+    return text if isinstance(text, str) else ""
 
 
 def _choice_text(choice: Any) -> str:
