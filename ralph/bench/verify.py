@@ -26,6 +26,7 @@ from ralph.domain.results import Scope
 from ralph.domain.score import Observation
 from ralph.drafters.mutation_ops import generate_mutants
 from sandboxes import select_sandbox
+from sandboxes.local import kill_group
 from sandboxes.workspace import Workspace
 from validators.mypy import mypy_configured
 from validators.pipeline import Verifier
@@ -73,6 +74,7 @@ class VerifyBench:
     types: bool = False
     sandbox: str = "local"
     semantic: bool = True  # the plausibility, API and format stages on
+    hung: int = 0  # mutants left out: the full suite hung on them
 
     def summary(self) -> dict[str, Any]:
         ralph = [r.ralph_ms for r in self.results]
@@ -101,6 +103,7 @@ class VerifyBench:
             "accept_stage_median_ms": self._stage_medians("accept_stage_ms"),
             **self._accept_summary(),
             "baseline_s": round(self.baseline_s, 2),
+            "mutants_hung": self.hung,
         }
 
     def _stage_medians(self, which: str) -> dict[str, float]:
@@ -147,10 +150,21 @@ def _copy(repo: Path, dest: Path) -> None:
     )
 
 
-def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
+def _timed(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float = 600
+) -> tuple[float, int | None]:
+    """The command's wall time in ms and its exit code; None when it ran past `timeout_s` (killed,
+    with whatever it started)."""
     start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, check=False, timeout=600)
-    return (time.perf_counter() - start) * 1000, proc.returncode
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        code: int | None = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        code = None
+    return (time.perf_counter() - start) * 1000, code
 
 
 def candidate_mutants(
@@ -171,6 +185,10 @@ def candidate_mutants(
     return found
 
 
+class _Hung(Exception):
+    """The full suite hung on this mutant (a loop that never ends): no naive time to compare with."""
+
+
 @dataclass(frozen=True)
 class _NaiveSide:
     """The baseline: the commands a user runs (pytest first), in the user's environment, and testmon's."""
@@ -179,12 +197,15 @@ class _NaiveSide:
     env: dict[str, str]
     cmds: list[list[str]]
     testmon: list[str] | None
+    timeout_s: float  # ten times the suite's warm run: a mutant that makes the suite hang is left out
 
-    def run(self) -> tuple[float, bool]:
-        """Time every command once: the total ms, and whether the full suite failed."""
+    def run(self) -> tuple[float, bool | None]:
+        """Time every command once: the total ms, and whether the full suite failed (None: it hung)."""
         naive_ms, caught = 0.0, False
         for argv in self.cmds:
-            ms, code = _timed(argv, self.cwd, self.env)
+            ms, code = _timed(argv, self.cwd, self.env, self.timeout_s)
+            if code is None:
+                return ms, None
             naive_ms += ms
             caught = caught or (argv is self.cmds[0] and code == 1)
         return naive_ms, caught
@@ -207,9 +228,8 @@ def _naive_side(
         testmon = [interpreter, "-m", "pytest", "-q", "--testmon"]
         progress("testmon: building its database")
         subprocess.run(testmon, cwd=project, env=user_env, capture_output=True)
-    for argv in naive_cmds:  # the naive side's caches (bytecode, ruff's) warm, as a user's are
-        _timed(argv, project, user_env)
-    return _NaiveSide(project, user_env, naive_cmds, testmon)
+    warm = [_timed(argv, project, user_env)[0] for argv in naive_cmds]  # caches warm, as a user's are
+    return _NaiveSide(project, user_env, naive_cmds, testmon, timeout_s=max(30.0, warm[0] / 100))
 
 
 def _measure_mutant(
@@ -231,6 +251,8 @@ def _measure_mutant(
         testmon_ms = _timed(naive.testmon, naive.cwd, naive.env)[0] if caught and naive.testmon else None
     finally:
         naive_file.write_text(original, encoding="utf-8")
+    if caught is None:
+        raise _Hung
     if not caught:
         return None
     change = FileChange(path, workspace.read(path), mutated)
@@ -315,7 +337,12 @@ def _rejection_pass(
         if len(bench.results) >= mutants:
             break
         bench.tried += 1
-        result = _measure_mutant(path, description, mutated, workspace, verifier, state, naive)
+        try:
+            result = _measure_mutant(path, description, mutated, workspace, verifier, state, naive)
+        except _Hung:
+            bench.hung += 1
+            progress(f"{path}: {description}: the full suite hung past {naive.timeout_s:.0f} s; left out")
+            continue
         if result is None:
             continue
         bench.results.append(result)
