@@ -137,21 +137,25 @@ def serve(
         out.close()
 
 
-def bench(tasks: Path, out: Path, limit: int, iterations: int) -> None:
-    """`python -m tests.realmodel TASKS OUT [LIMIT] [ITERATIONS]`: `ralph bench fix` on the first LIMIT
-    tasks with the real model asked for SEARCH/REPLACE blocks, with it asked for the function, with
-    the offline drafter, and with the offline drafter escalating to the model (--router stall), all
-    against one server; then `ralph report --compare` over the traces."""
+RUNS = {
+    "smol-search-replace": ("openai/smol", "search-replace", None),
+    "smol-function": ("openai/smol", "function", None),
+    "offline": ("mutation", "function", None),
+    "offline+smol": ("mutation", "function", "openai/smol"),
+}
+
+
+def bench(tasks: Path, out: Path, limit: int, iterations: int, only: list[str] | None = None) -> None:
+    """`python -m tests.realmodel TASKS OUT [LIMIT] [ITERATIONS] [RUN,...]`: `ralph bench fix` on the
+    first LIMIT tasks with the real model asked for SEARCH/REPLACE blocks, with it asked for the
+    function, with the offline drafter, and with the offline drafter escalating to the model
+    (--router stall), all against one server (or only the named runs); then compare the traces with
+    `ralph report --compare`."""
     with serve(converted(), log=out / "serve.log") as base:
-        runs = {
-            "smol-search-replace": ("openai/smol", "search-replace", None),
-            "smol-function": ("openai/smol", "function", None),
-            "offline": ("mutation", "function", None),
-            "offline+smol": ("mutation", "function", "openai/smol"),
-        }
+        runs = {name: run for name, run in RUNS.items() if only is None or name in only}
         for name, (drafter, prompt, deep) in runs.items():
             config = out / f"{name}.toml"
-            text = f'[models."openai/smol"]\napi_base = "{base}"\ntimeout_s = 120\nmax_tokens = 200\nprompt = "{prompt}"\n'
+            text = f'[models."openai/smol"]\napi_base = "{base}"\ntimeout_s = 120\nprompt = "{prompt}"\n'
             config.write_text((f'deep = "{deep}"\nk = 1\n' if deep else "") + text)
             argv = [str(Path(sys.executable).with_name("ralph")), "bench", "fix", str(tasks)]
             argv += [
@@ -223,5 +227,9 @@ if __name__ == "__main__":
     destination = Path(args[1])
     destination.mkdir(parents=True, exist_ok=True)
     bench(
-        Path(args[0]), destination, int(args[2]) if len(args) > 2 else 6, int(args[3]) if len(args) > 3 else 3
+        Path(args[0]),
+        destination,
+        int(args[2]) if len(args) > 2 else 6,
+        int(args[3]) if len(args) > 3 else 3,
+        args[4].split(",") if len(args) > 4 else None,
     )

@@ -121,13 +121,24 @@ def test_the_templates_are_counted_from_the_traces():
             }
         ],
         [{"type": "iteration", "candidates": [candidate("compare_flip", "rejected", "policy")]}],
-        [  # accepted on its targeted stages, undone by its background gate: not an accept
-            {"type": "iteration", "candidates": [candidate("drop_arg", "accepted", fingerprint="f1")]},
-            {"type": "gate", "verdict": "rejected", "fingerprint": "f1"},
+        [  # accepted on its targeted stages, undone by its background gate (with what was built on
+            # it): not accepts
+            {
+                "type": "iteration",
+                "state": 1,
+                "candidates": [candidate("drop_arg", "accepted", fingerprint="f1")],
+            },
+            {
+                "type": "iteration",
+                "state": 2,
+                "candidates": [candidate("wrap_abs", "accepted", fingerprint="f2")],
+            },
+            {"type": "gate", "verdict": "rejected", "fingerprint": "f1", "discarded": [2]},
         ],
     ]
     assert template_stats(traces) == {
         "add_return": {"verified": 1, "accepted": 1, "r": 1.0},
         "compare_flip": {"verified": 2, "accepted": 1, "r": 0.5},
         "drop_arg": {"verified": 1, "accepted": 0, "r": 0.0},
+        "wrap_abs": {"verified": 1, "accepted": 0, "r": 0.0},
     }

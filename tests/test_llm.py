@@ -702,3 +702,14 @@ def test_streaming_is_off_for_the_search_replace_prompt_unless_asked(server, pro
     server.reply(STREAMED_FIX)
     drafter(server, prompt="function", stream=False).draft(make_context(project, state_id=2), 1)
     assert "stream" not in server.requests[2].body
+
+
+def test_a_streamed_reply_is_not_cut_at_a_function_that_is_no_answer(project):
+    """The test shown back, or the function as it is, comes before the fix: reading goes on."""
+    test_back = "```python\ndef test_mean():\n    assert mean([1, 2, 3]) == 2.0\n```\n"
+    unchanged = "```python\n" + SOURCE.split("\n\n\n")[0] + "\n```\n"
+    with FakeModelServer(chunk_chars=6, chunk_delay_s=0.001) as slow:
+        slow.reply(test_back + unchanged + STREAMED_FIX + "Done.\n" * 200)
+        [candidate] = drafter(slow, prompt="function").draft(make_context(project), 1)
+        assert_fixed(candidate)
+        assert candidate.meta["finish_reason"] == "answered"

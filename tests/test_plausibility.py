@@ -102,3 +102,16 @@ def test_unused_parameters_of_an_interface_are_the_projects_own(tmp_path):
     used = family.replace("'|' * len(widths)", "'|' * 2")
     result = checker.start([FileChange("m.py", family, used)])()
     assert not result.ok and "parameter `widths` becomes unused" in result.detail
+
+
+def test_an_identical_line_elsewhere_excuses_nothing_the_edit_did(tmp_path):
+    """Excused is the same finding on the same line of the accepted text, not on a line that reads
+    the same: two codecs share `def decode(self, data, state):`, and the edit makes the second stop
+    using `state`."""
+    checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    before = (
+        "class A:\n    def decode(self, data, state):\n        return data\n\n\n"
+        "class B:\n    def decode(self, data, state):\n        return data[state:]\n"
+    )
+    result = checker.start([FileChange("m.py", before, before.replace("data[state:]", "data[1:]"))])()
+    assert not result.ok and "parameter `state` becomes unused" in result.detail

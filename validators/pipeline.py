@@ -381,6 +381,7 @@ class Verifier:
             plausibility=self.plausibility.mode,
             api_changes=self.api.allowed,
             formatting=self.format.enabled,
+            run_budget_s=self.run_budget_s,
         )
         names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files", "baseline_obs")
         for name in names:

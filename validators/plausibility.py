@@ -58,8 +58,8 @@ class PlausibilityValidator:
         self.toolchain = toolchain
         self.binary = binary
         self.mode = mode
-        # The findings of each file's accepted text (path, text) as (code, message, line text).
-        self._before: dict[tuple[str, str], frozenset[tuple[str, str, str]]] = {}
+        # The findings of each file's accepted text (path, text) as (code, message, row).
+        self._before: dict[tuple[str, str], frozenset[tuple[str, str, int]]] = {}
 
     def start(self, changes: Sequence[FileChange], timeout_s: float = 30.0) -> Callable[[], StageResult]:
         """Start ruff on each changed file's new text; calling the result waits for the verdict."""
@@ -92,9 +92,8 @@ class PlausibilityValidator:
                         self.name, ok=False, duration_ms=elapsed_ms(start), detail=why, error=why
                     )
                 spans = changed_functions(change.before or "", change.after or "")
-                own = _Own(
-                    self._before.get((change.path, change.before or ""), frozenset()), change.after or ""
-                )
+                before = change.before or ""
+                own = _Own(self._before.get((change.path, before), frozenset()), before, change.after or "")
                 found += [
                     Diagnostic(self.name, change.path, line, code, _explain(code, message))
                     for code, message, line in after
@@ -125,14 +124,12 @@ class PlausibilityValidator:
             argv, cwd=str(self.toolchain.project), env={"RAYON_NUM_THREADS": "1"}, stdin=text
         )
 
-    def _findings(self, text: str, process: Started, timeout_s: float) -> frozenset[tuple[str, str, str]]:
+    def _findings(self, text: str, process: Started, timeout_s: float) -> frozenset[tuple[str, str, int]]:
         """The findings of an accepted text (none when ruff gave no answer: nothing is excused then)."""
         try:
-            findings = self._read(process.wait(timeout_s).output)
+            return frozenset(self._read(process.wait(timeout_s).output))
         except ValueError:
             return frozenset()
-        lines = text.splitlines()
-        return frozenset((code, msg, _line(lines, row)) for code, msg, row in findings)
 
     @staticmethod
     def _read(output: str) -> list[tuple[str, str, int]]:
@@ -149,16 +146,26 @@ class PlausibilityValidator:
 
 
 class _Own:
-    """Which findings of a candidate's text are the project's own (see the rules above)."""
+    """Which findings of a candidate's text are the project's own (see the rules above): the same
+    finding on the same line of the accepted text, a line before or after everything the edit changed."""
 
-    def __init__(self, before: frozenset[tuple[str, str, str]], after: str) -> None:
+    def __init__(self, before: frozenset[tuple[str, str, int]], old: str, after: str) -> None:
         self.before = before
-        self.lines = after.splitlines()
         self._after = after
+        old_lines, new_lines = old.splitlines(), after.splitlines()
+        self.head, tail = shared_ends(old_lines, new_lines)
+        self.tail_from = len(new_lines) - tail  # rows after this one lie after the edit
+        self.shift = len(new_lines) - len(old_lines)
         self._shared: set[str] | None = None
 
+    def _old_row(self, row: int) -> int | None:
+        if row <= self.head:
+            return row
+        return row - self.shift if row > self.tail_from else None
+
     def excuses(self, code: str, message: str, row: int) -> bool:
-        if (code, message, _line(self.lines, row)) not in self.before:
+        old = self._old_row(row)
+        if old is None or (code, message, old) not in self.before:
             return False  # the edit's own
         if code in _STRUCTURAL or code == "ARG002":
             return True
@@ -181,10 +188,6 @@ class _Own:
                         counts[arg] = counts.get(arg, 0) + 1
             self._shared = {name for name, n in counts.items() if n > 1}
         return self._shared
-
-
-def _line(lines: list[str], row: int) -> str:
-    return lines[row - 1].strip() if 0 < row <= len(lines) else ""
 
 
 def changed_functions(before: str, after: str) -> list[tuple[int, int]]:

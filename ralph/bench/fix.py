@@ -278,8 +278,14 @@ def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, fl
     verified: which bug kinds the templates handle."""
     counts: dict[str, list[int]] = {}
     for trace in traces:
-        undone = {r.get("fingerprint") for r in trace if r["type"] == "gate" and r.get("verdict") != "passed"}
+        failed = [r for r in trace if r["type"] == "gate" and r.get("verdict") != "passed"]
+        undone = {r.get("fingerprint") for r in failed}
+        discarded = {s for r in failed for s in r.get("discarded") or ()}  # built on an undone state
         for record in trace:
+            if record["type"] == "iteration" and record.get("state") in discarded:
+                undone |= {
+                    c.get("fingerprint") for c in record.get("candidates", ()) if c["verdict"] == "accepted"
+                }
             for candidate in record.get("candidates", ()) if record["type"] == "iteration" else ():
                 operator = (candidate.get("meta") or {}).get("operator")
                 if operator is None or candidate.get("failed_stage") == "policy":

@@ -185,6 +185,15 @@ def candidate_mutants(
     return found
 
 
+def _write_later(file: Path, text: str) -> None:
+    """Write `text` with a modification time at least a second after the file's last one: bytecode
+    is checked against the whole second and the size, which a one-token mutant often keeps."""
+    last = file.stat().st_mtime_ns
+    file.write_text(text, encoding="utf-8")
+    at = max(time.time_ns(), last + 1_000_000_000)
+    os.utime(file, ns=(at, at))
+
+
 class _Hung(Exception):
     """The full suite hung on this mutant (a loop that never ends): no naive time to compare with."""
 
@@ -245,12 +254,12 @@ def _measure_mutant(
     The naive side runs on its own copy, so its caches (ruff's, bytecode) never enter the workspace."""
     naive_file = naive.cwd / path
     original = naive_file.read_text(encoding="utf-8")
-    naive_file.write_text(mutated, encoding="utf-8")
+    _write_later(naive_file, mutated)
     try:
         naive_ms, caught = naive.run()
         testmon_ms = _timed(naive.testmon, naive.cwd, naive.env)[0] if caught and naive.testmon else None
     finally:
-        naive_file.write_text(original, encoding="utf-8")
+        _write_later(naive_file, original)
     if caught is None:
         raise _Hung
     if not caught:

@@ -29,6 +29,7 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -231,7 +232,8 @@ class LLMDrafter:
         else:
             messages = _function_messages(context) if self.prompt == "function" else None
             request = {"messages": messages or _messages(context), "max_tokens": self._reply_budget(context)}
-            calls = self._sample(request, n, until_function=messages is not None)
+            answered = functools.partial(_answered, context) if messages is not None else None
+            calls = self._sample(request, n, answered=answered)
             drafts = [self._edit(context, c) for call in calls for c in call.completions]
         self._warm_up_if_repeating(context.state_id, drafts)
         kept = _distinct(drafts, context.rejected)
@@ -279,14 +281,16 @@ class LLMDrafter:
 
     # --- calls -------------------------------------------------------------------------------------
 
-    def _sample(self, request: dict[str, Any], n: int, *, until_function: bool = False) -> list[_Call]:
+    def _sample(
+        self, request: dict[str, Any], n: int, *, answered: Callable[[str], bool] | None = None
+    ) -> list[_Call]:
         """Calls until `n` completions came back: one call with `n` where the provider takes it (a
         streamed call asks for one)."""
         calls: list[_Call] = []
         got = 0
         while got < n:
             batch = self._takes_n() and not (self.stream and not self.fim)
-            calls.append(self._call(request, n - got if batch else 1, until_function=until_function))
+            calls.append(self._call(request, n - got if batch else 1, answered=answered))
             # An OpenAI-compatible server may ignore `n` and answer once; the next call asks for the rest.
             got += len(calls[-1].completions)
         return calls
@@ -302,9 +306,11 @@ class LLMDrafter:
             self._batches = "n" in (params or ())
         return self._batches
 
-    def _call(self, request: dict[str, Any], k: int, *, until_function: bool = False) -> _Call:
+    def _call(
+        self, request: dict[str, Any], k: int, *, answered: Callable[[str], bool] | None = None
+    ) -> _Call:
         """One request for `k` completions, retried with exponential backoff on transient errors.
-        Streamed, with `until_function`: read up to the reply's first complete function."""
+        Streamed, with `answered`: read until what came so far is an answer."""
         litellm = _litellm()
         kwargs: dict[str, Any] = {
             **request,
@@ -325,7 +331,7 @@ class LLMDrafter:
         started = time.perf_counter()
         early = False
         if self.stream and not self.fim:
-            read = functools.partial(self._streamed, until_function)
+            read = functools.partial(self._streamed, answered)
             response, early = self._with_retries(read, kwargs)
         else:
             response = self._with_retries(litellm.text_completion if self.fim else litellm.completion, kwargs)
@@ -344,12 +350,13 @@ class LLMDrafter:
             latency_ms,
         )
 
-    def _streamed(self, until_function: bool, **kwargs: Any) -> tuple[Any, bool]:
+    def _streamed(self, answered: Callable[[str], bool] | None, **kwargs: Any) -> tuple[Any, bool]:
         """One chat completion read as it streams: the response rebuilt from its chunks (usage counted
-        when the server sends none), and whether it was cut at its first complete function. That is
-        the whole answer to the function prompt; what a small model writes after it (prose, the
-        function again) is not waited for, and hanging up tells the server to stop generating. A
-        stream still going at `timeout_s` is cut there (finish reason "timeout")."""
+        when the server sends none), and whether it was cut once `answered` said the text so far is
+        an answer (a function that changes one of the suspicious files: the whole answer to the
+        function prompt). What a small model writes after it (prose, the function again) is not
+        waited for, and hanging up tells the server to stop generating. A stream still going at
+        `timeout_s` is cut there (finish reason "timeout")."""
         litellm = _litellm()
         stream = litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True})
         chunks: list[Any] = []
@@ -360,7 +367,7 @@ class LLMDrafter:
                 chunks.append(chunk)
                 delta = _delta_text(chunk)
                 text += delta
-                if until_function and "`" in delta and function_blocks(text):
+                if answered is not None and "`" in delta and answered(text):
                     early = True
                     break
                 if time.monotonic() > deadline:
@@ -697,6 +704,19 @@ def _changes(context: DraftContext, reply: str) -> tuple[FileChange, ...]:
             "the edit leaves every file as it is; change the code so that the failing checks pass"
         )
     return changes
+
+
+def _answered(context: DraftContext, text: str) -> bool:
+    """Whether a reply read so far holds an answer to the function prompt: a fenced function that
+    changes a function of the suspicious files (the test shown back, a helper, or the function as it
+    is, is none: the stream goes on)."""
+    if not function_blocks(text):
+        return False
+    try:
+        current, new = _whole_functions(context, text)
+    except EditError:
+        return False
+    return any(current.get(path) != after for path, after in new.items())
 
 
 def _whole_functions(

@@ -1132,8 +1132,8 @@ class _Collector:
         returns elsewhere (a literal), or what the module's other such guards return, else None."""
         body = node.body
         docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-        if docstring and len(body) == 1:
-            return
+        if (docstring and len(body) == 1) or _is_generator(node):
+            return  # (an async generator cannot `return` a value)
         first = body[1] if docstring else body[0]
         args = node.args
         used = {n.id for n in _emptiable_uses(node) if n.lineno in self.wanted}
