@@ -194,6 +194,18 @@ def test_no_child_is_readied_ahead_where_configuring_runs_project_code(validator
     assert validator.warm.readied == 0
 
 
+def test_a_child_is_readied_ahead_where_a_conftest_loads_no_project_code(validator, project):
+    """No candidate may edit a conftest, so one that imports nothing of the project configures a
+    readied child exactly as a fresh one (tomlkit's, boltons')."""
+    conftest = "import pytest\n\n\n@pytest.fixture\ndef unit():\n    return 1\n"
+    write_files(project, {"tests/conftest.py": conftest})
+    quick = Scope(tests=("tests/test_lib.py::test_ok",))
+    validator.check(quick, exitfirst=True)
+    _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
+    assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
+    assert validator.warm.readied == 1
+
+
 def test_a_readied_child_that_configuring_tainted_is_never_used(validator, project):
     # No conftest, but the settings load a plugin from the project: caught by the spare itself.
     write_files(

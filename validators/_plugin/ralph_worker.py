@@ -199,9 +199,10 @@ class _Spare:
     Configuring pytest, registering its plugins and starting a session is most of a small run
     (measured on toolz: a one-test child took ~68 ms with `pytest.main`, ~30 ms from a spare); a
     spare does it while ralph drafts and applies the next candidate. Only used where that cannot
-    differ from a fresh `pytest.main`: the host allows it for projects without conftest files or
-    nested pytest settings, and a spare in which anything imported a project file before the
-    request came is never used (those modules would predate the candidate).
+    differ from a fresh `pytest.main` in what it imports: the host allows it for projects without
+    nested pytest settings, and a spare in which anything imported a project file other than a
+    conftest (which no candidate may edit) before the request came is never used (those modules
+    would predate the candidate).
     """
 
     def __init__(self, template: dict) -> None:
@@ -300,9 +301,10 @@ class _Waiter:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session) -> None:
+        # (A conftest is no candidate's to edit: its loading taints nothing.)
         tainted = any(
-            (getattr(module, "__file__", None) or "").startswith(self.roots)
-            for module in list(sys.modules.values())
+            file.startswith(self.roots) and os.path.basename(file) != "conftest.py"
+            for file in (getattr(module, "__file__", None) or "" for module in list(sys.modules.values()))
         )
         os.write(self.status_write, b"tainted" if tainted else b"ready")
         os.close(self.status_write)
