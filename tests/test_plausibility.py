@@ -90,7 +90,8 @@ def test_branches_that_were_already_the_same_are_the_projects_own_not_the_edits(
 def test_unused_parameters_of_an_interface_are_the_projects_own(tmp_path):
     """A method's parameter unused before the edit (pyasn1's `decodeFun`), or a function's whose
     name other functions of the module take (tabulate's `colwidths` callbacks), does not make a fix
-    implausible; a method or function the edit leaves unusing a parameter it used does."""
+    implausible; a function the edit leaves unusing a parameter it used, while the module's other
+    functions use it, does."""
     checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
     method = "class Codec:\n    def decode(self, data, decodeFun):\n        return data[1:]\n"
     assert checker.start([FileChange("m.py", method, method.replace("[1:]", "[2:]"))])().ok
@@ -99,19 +100,33 @@ def test_unused_parameters_of_an_interface_are_the_projects_own(tmp_path):
         "def piped(widths, aligns):\n    return '|' * len(widths) + str(aligns)\n"
     )
     assert checker.start([FileChange("m.py", family, family.replace("'-'", "'+'"))])().ok
-    used = family.replace("'|' * len(widths)", "'|' * 2")
-    result = checker.start([FileChange("m.py", family, used)])()
+    using = family.replace("return '-'", "return '-' * len(widths) + str(aligns)")
+    result = checker.start([FileChange("m.py", using, using.replace("'|' * len(widths)", "'|' * 2"))])()
     assert not result.ok and "parameter `widths` becomes unused" in result.detail
 
 
 def test_an_identical_line_elsewhere_excuses_nothing_the_edit_did(tmp_path):
     """Excused is the same finding on the same line of the accepted text, not on a line that reads
-    the same: two codecs share `def decode(self, data, state):`, and the edit makes the second stop
-    using `state`."""
+    the same: `f` has two branches the same on purpose, and the edit makes `g`'s the same."""
     checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    same = "    if x is None:\n        return 0\n    elif x < 0:\n        return 0\n    return x\n"
     before = (
-        "class A:\n    def decode(self, data, state):\n        return data\n\n\n"
-        "class B:\n    def decode(self, data, state):\n        return data[state:]\n"
+        "def f(x):\n"
+        + same
+        + "\n\ndef g(x):\n"
+        + same.replace("return 0\n    return x", "return 1\n    return x")
     )
-    result = checker.start([FileChange("m.py", before, before.replace("data[state:]", "data[1:]"))])()
-    assert not result.ok and "parameter `state` becomes unused" in result.detail
+    result = checker.start([FileChange("m.py", before, before.replace("return 1", "return 0"))])()
+    assert not result.ok and "two branches became the same" in result.detail
+
+
+def test_a_parameter_other_functions_leave_unused_too_is_an_interfaces(tmp_path):
+    """pyasn1's decoders take `decodeFun` and most ignore it: a fix that stops using it again is
+    no implausible fix; a lone function's parameter left unused still is."""
+    checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    codecs = (
+        "class A:\n    def decode(self, data, decodeFun):\n        return data\n\n\n"
+        "class B:\n    def decode(self, data, decodeFun):\n        return decodeFun(data)\n"
+    )
+    fix = FileChange("m.py", codecs, codecs.replace("return decodeFun(data)", "return data[1:]"))
+    assert checker.start([fix])().ok

@@ -27,9 +27,11 @@ RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
 # it is of the code's shape (pyflakes has `if`/`elif` branches that are the same on purpose), a
 # method's unused parameter (an interface: pyasn1's `decodeFun`, `state`), or a function's unused
 # parameter whose name other functions of the module take too (a family of callbacks: tabulate's
-# `colwidths`). Measured: 12 of 60 true fixes of pyflakes, tabulate and pyasn1 were rejected for
-# them. A function's parameter no other takes stays a finding, unused before or not: the bug that
-# made `clamp`'s `high` unused is not fixed by an edit that leaves it so.
+# `colwidths`). A parameter that another function of the module leaves unused too is an interface's,
+# new or not (a fix of pyasn1 that stops using `decodeFun` again, as its siblings do). Measured: 12
+# of 60 true fixes of pyflakes, tabulate and pyasn1 were rejected for them. A function's parameter
+# no other takes stays a finding, unused before or not: the bug that made `clamp`'s `high` unused is
+# not fixed by an edit that leaves it so.
 _STRUCTURAL = frozenset({"PLR0124", "SIM114", "RUF034"})
 MODES = ("reject", "warn", "off")
 _MAX_TEXT = 2 << 20  # a file this large is not checked (a generated module)
@@ -94,6 +96,7 @@ class PlausibilityValidator:
                 spans = changed_functions(change.before or "", change.after or "")
                 before = change.before or ""
                 own = _Own(self._before.get((change.path, before), frozenset()), before, change.after or "")
+                own.ignored = _ignored_parameters(after)
                 found += [
                     Diagnostic(self.name, change.path, line, code, _explain(code, message))
                     for code, message, line in after
@@ -145,6 +148,16 @@ class PlausibilityValidator:
         return found
 
 
+def _ignored_parameters(findings: list[tuple[str, str, int]]) -> dict[str, int]:
+    """How many functions leave each parameter name unused (ruff's ARG findings of the whole text)."""
+    counts: dict[str, int] = {}
+    for code, message, _ in findings:
+        if code in ("ARG001", "ARG002") and message.count("`") >= 2:
+            name = message.split("`")[1]
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 class _Own:
     """Which findings of a candidate's text are the project's own (see the rules above): the same
     finding on the same line of the accepted text, a line before or after everything the edit changed."""
@@ -157,6 +170,7 @@ class _Own:
         self.tail_from = len(new_lines) - tail  # rows after this one lie after the edit
         self.shift = len(new_lines) - len(old_lines)
         self._shared: set[str] | None = None
+        self.ignored: dict[str, int] = {}  # how many functions of the new text leave each name unused
 
     def _old_row(self, row: int) -> int | None:
         if row <= self.head:
@@ -164,12 +178,14 @@ class _Own:
         return row - self.shift if row > self.tail_from else None
 
     def excuses(self, code: str, message: str, row: int) -> bool:
+        name = message.split("`")[1] if message.count("`") >= 2 else ""
+        if code in ("ARG001", "ARG002") and self.ignored.get(name, 0) > 1:
+            return True  # another function of the module ignores it too: an interface's parameter
         old = self._old_row(row)
         if old is None or (code, message, old) not in self.before:
             return False  # the edit's own
         if code in _STRUCTURAL or code == "ARG002":
             return True
-        name = message.split("`")[1] if message.count("`") >= 2 else ""
         return code == "ARG001" and name in self.shared
 
     @property
