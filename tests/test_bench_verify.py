@@ -40,3 +40,29 @@ def test_bench_verify_times_the_reject_and_the_accept_path(tmp_path: Path) -> No
     # An accept costs one suite run and the first fixed test (9 of 8 here), not the two and a half
     # suites it once did.
     assert 0 < summary["accept_suite_units_max"] <= 1.25, summary
+
+
+def test_a_test_that_fails_unmutated_catches_no_mutant(tmp_path: Path) -> None:
+    """A suite with a test the copy cannot pass fails whatever the mutant: only a test that fails
+    besides it catches one, so a mutant of untested code is no caught mutant the staged checks missed."""
+    untested = "".join(f"def f{n}(a, b):\n    return (a + {n}) * (b - {n}) < a // 3\n\n\n" for n in range(8))
+    files = {
+        **PROJECT,
+        "untested.py": untested,
+        "tests/test_broken.py": "def test_broken():\n    assert False\n",
+    }
+    write_files(tmp_path / "p", files)
+    proc = run_ralph(
+        "bench",
+        "verify",
+        str(tmp_path / "p"),
+        "--mutants",
+        "3",
+        "--python",
+        sys.executable,
+        "--json",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["mutants"] == 3 and summary["recall"] == 1.0, summary["missed"]

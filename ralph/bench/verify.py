@@ -152,19 +152,32 @@ def _copy(repo: Path, dest: Path) -> None:
 
 def _timed(
     argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float = 600
-) -> tuple[float, int | None]:
-    """The command's wall time in ms and its exit code; None when it ran past `timeout_s` (killed,
-    with whatever it started)."""
+) -> tuple[float, int | None, str]:
+    """The command's wall time in ms, its exit code (None when it ran past `timeout_s`: killed, with
+    whatever it started) and its output."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code: int | None = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            code = None
+        elapsed = (time.perf_counter() - start) * 1000
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    return elapsed, code, text
+
+
+def _failing(output: str) -> frozenset[str]:
+    """The tests a `pytest -rfE` run names as failed or in error (its short summary)."""
+    return frozenset(
+        line.split(" ")[1]
+        for line in output.splitlines()
+        if line.startswith(("FAILED ", "ERROR ")) and " " in line
     )
-    try:
-        code: int | None = proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        code = None
-    return (time.perf_counter() - start) * 1000, code
 
 
 def candidate_mutants(
@@ -207,16 +220,21 @@ class _NaiveSide:
     cmds: list[list[str]]
     testmon: list[str] | None
     timeout_s: float  # ten times the suite's warm run: a mutant that makes the suite hang is left out
+    # What fails in the unmutated copy (a test the copy cannot pass): a mutant is caught by a test
+    # that fails besides these, never by the exit status alone.
+    failing: frozenset[str] = frozenset()
 
     def run(self) -> tuple[float, bool | None]:
-        """Time every command once: the total ms, and whether the full suite failed (None: it hung)."""
+        """Time every command once: the total ms, and whether the full suite failed a test it passes
+        unmutated (None: it hung)."""
         naive_ms, caught = 0.0, False
         for argv in self.cmds:
-            ms, code = _timed(argv, self.cwd, self.env, self.timeout_s)
+            ms, code, output = _timed(argv, self.cwd, self.env, self.timeout_s)
             if code is None:
                 return ms, None
             naive_ms += ms
-            caught = caught or (argv is self.cmds[0] and code == 1)
+            if argv is self.cmds[0] and code != 0:
+                caught = caught or bool(_failing(output) - self.failing) or code not in (0, 1)
         return naive_ms, caught
 
 
@@ -226,7 +244,7 @@ def _naive_side(
     """The naive baseline's commands, each run once first so that its caches are warm, as a user's are."""
     user_env = dict(os.environ)
     naive_cmds = [
-        [interpreter, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [interpreter, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"],
         [ruff_bin(), "check", "."],
     ]
     if types:
@@ -237,8 +255,11 @@ def _naive_side(
         testmon = [interpreter, "-m", "pytest", "-q", "--testmon"]
         progress("testmon: building its database")
         subprocess.run(testmon, cwd=project, env=user_env, capture_output=True)
-    warm = [_timed(argv, project, user_env)[0] for argv in naive_cmds]  # caches warm, as a user's are
-    return _NaiveSide(project, user_env, naive_cmds, testmon, timeout_s=max(30.0, warm[0] / 100))
+    warm = [_timed(argv, project, user_env) for argv in naive_cmds]  # caches warm, as a user's are
+    failing = _failing(warm[0][2])
+    if failing:
+        progress(f"the unmutated copy fails {len(failing)} tests; only other failures catch a mutant")
+    return _NaiveSide(project, user_env, naive_cmds, testmon, max(30.0, warm[0][0] / 100), failing)
 
 
 def _measure_mutant(
