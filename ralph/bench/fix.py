@@ -38,7 +38,7 @@ class Task:
 
 def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int = 0) -> list[Task]:
     """`count` tasks, each `project` with one single-token mutant that its suite catches."""
-    from ralph.bench.verify import _copy, candidate_mutants
+    from ralph.bench.verify import _copy, _failing, candidate_mutants
     from validators.toolchain import find_python
 
     if not project.is_dir():
@@ -49,6 +49,8 @@ def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int
         probe = Path(tmp) / "project"
         _copy(project, probe)
         naive = _naive_run_s(probe, interpreter, limit_s=600) or 60.0
+        # What the unmutated copy fails already: a mutant is caught by another failure only.
+        already = _failing(_suite(probe, interpreter, [], 2 * naive + 5) or "")
         for path, description, mutated in candidate_mutants(probe, seed, _is_test_file):
             if len(found) >= count:
                 break
@@ -56,7 +58,7 @@ def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int
             original = file.read_text(encoding="utf-8")
             file.write_text(mutated, encoding="utf-8")
             try:
-                caught = _fails(probe, interpreter, limit_s=2 * naive + 5)
+                caught = _fails(probe, interpreter, 2 * naive + 5, already)
             finally:
                 file.write_text(original, encoding="utf-8")
             if caught:
@@ -69,15 +71,24 @@ def _is_test_file(path: str) -> bool:
     return is_protected(path, PROTECTED_TESTS)
 
 
-def _fails(project: Path, python: str, limit_s: float) -> bool:
-    """Whether a fresh `pytest -q -x` fails on `project` (one that hangs does not count: its tests
-    would take a per-test limit each, which is no bench of verification)."""
-    argv = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+def _fails(project: Path, python: str, limit_s: float, already: frozenset[str] = frozenset()) -> bool:
+    """Whether a fresh `pytest -q` fails a test of `project` besides those in `already` (stopping
+    at the first failure when there are none; a suite that hangs does not count: its tests would
+    take a per-test limit each, which is no bench of verification)."""
+    from ralph.bench.verify import _failing
+
+    output = _suite(project, python, [] if already else ["-x"], limit_s)
+    return output is not None and bool(_failing(output) - already)
+
+
+def _suite(project: Path, python: str, flags: list[str], limit_s: float) -> str | None:
+    """The output of a fresh `pytest -q -rfE` of `project`; None when it ran past `limit_s`."""
+    argv = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *flags]
     try:
-        run = subprocess.run(argv, cwd=project, capture_output=True, check=False, timeout=limit_s)
+        run = subprocess.run(argv, cwd=project, capture_output=True, text=True, check=False, timeout=limit_s)
     except subprocess.TimeoutExpired:
-        return False
-    return run.returncode == 1
+        return None
+    return run.stdout
 
 
 def humanevalfix_files(row: dict[str, Any]) -> dict[str, str]:
