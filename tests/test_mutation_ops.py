@@ -551,3 +551,14 @@ def test_two_edits_are_combined_only_when_they_touch_apart_and_parse():
     assert combine(source, first, first) is None
     other = next(m for m in generate_mutants(source, [1]) if m.source == "a = 2\nb = 2\n")
     assert combine(source, first, other) is None  # the same token: overlapping edits
+
+
+def test_a_string_the_failing_test_compared_with_replaces_a_constant_first():
+    source = "def label():\n    return 'colour'\n"
+    swaps = [
+        m.source
+        for m in generate_mutants(source, [2], ["colour", "color"])
+        if m.operator == "expected_string"
+    ]
+    assert swaps == ["def label():\n    return 'color'\n"]
+    assert not [m for m in generate_mutants(source, [2]) if m.operator == "expected_string"]

@@ -69,6 +69,16 @@ BUGS = {
             "def test_positives():\n    assert positives([-1, 2, 3]) == [2, 3]\n"
         ),
     },
+    "key_only_the_test_knows": {
+        "record.py": (
+            "def parse(line):\n    key, _, value = line.partition('=')\n"
+            "    return {'nme': key.strip(), 'value': value.strip()}\n"
+        ),
+        "tests/test_record.py": (
+            "from record import parse\n\n\n"
+            "def test_parse():\n    assert parse('a = 1') == {'name': 'a', 'value': '1'}\n"
+        ),
+    },
     "missing_guard": {
         "average.py": (
             "def average(xs):\n"

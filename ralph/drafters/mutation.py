@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,11 +49,12 @@ class MutationDrafter:
                 sources[path] = read_text_beneath(context.project, path) if path.endswith(".py") else None
             return sources[path]
 
+        expected = compared_strings(context)
         pool: list[tuple[int, str, Mutant]] = []  # (rank of its line, path, mutant), to pair later
         for rank, (path, line) in enumerate(with_def_lines([*context.suspicious, *lines], read)):
             if is_protected(path, context.protected) or (source := read(path)) is None:
                 continue
-            mutants = generate_mutants(source, [line])
+            mutants = generate_mutants(source, [line], expected)
             if mutants and len({r for r, _, _ in pool}) < PAIR_LINES:
                 pool += [(rank, path, m) for m in mutants[:PAIR_PER_LINE]]
             for mutant in mutants:
@@ -90,6 +92,26 @@ class MutationDrafter:
             made += 1
             if made >= MAX_PAIRS:
                 return
+
+
+# A short printable string literal in a failing test's message.
+_QUOTED = re.compile(r"'([^'\\\n]{1,40})'" + r'|"([^"\\\n]{1,40})"')
+MAX_EXPECTED = 6
+
+
+def compared_strings(context: DraftContext) -> list[str]:
+    """The strings the failing tests' assertions compared (`assert 'colour' == 'color'`): what a
+    wrong string constant may have been meant to be, when the module has no such constant."""
+    found: dict[str, None] = {}
+    for test in context.failing_tests:
+        for line in test.message.splitlines():
+            if "assert" not in line and "==" not in line:
+                continue
+            for match in _QUOTED.finditer(line):
+                text = match.group(1) if match.group(1) is not None else match.group(2)
+                if text.isprintable():
+                    found[text] = None
+    return list(found)[:MAX_EXPECTED]
 
 
 def with_def_lines(

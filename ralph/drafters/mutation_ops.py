@@ -39,8 +39,10 @@ class Mutant:
     text: str = ""  # and what it puts there
 
 
-def generate_mutants(source: str, lines: Sequence[int]) -> list[Mutant]:
+def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] = ()) -> list[Mutant]:
     """Mutants at the given lines, ordered by (position of the line in `lines`, cost, column).
+    `expected`: strings the failing tests compared with (their messages), tried for a string
+    constant before the module's own.
 
     `lines` is ranked by suspiciousness, most suspicious first.  An edit belongs to a line when
     the replaced span starts on it or the mutated node starts on it.  At most
@@ -52,7 +54,7 @@ def generate_mutants(source: str, lines: Sequence[int]) -> list[Mutant]:
         return []
     ranked = list(dict.fromkeys(lines))
     wanted = set(ranked)
-    collector = _Collector(source, tree, wanted)
+    collector = _Collector(source, tree, wanted, tuple(expected))
     edits_by_line: dict[int, list[_Edit]] = {line: [] for line in ranked}
     for edit in collector.collect():
         for line in {edit.line, edit.anchor} & wanted:
@@ -132,6 +134,7 @@ _COSTS = {
     "move_out": 3,
     "move_in": 3,
     "insert_guard": 3,
+    "expected_string": 2,
 }
 
 # What a parameter's default may have been meant to be, by what it is now.
@@ -523,8 +526,11 @@ class _Text:
 class _Collector:
     """Walks the tree once and proposes edits for nodes at the wanted lines."""
 
-    def __init__(self, source: str, tree: ast.Module, wanted: set[int]) -> None:
+    def __init__(
+        self, source: str, tree: ast.Module, wanted: set[int], expected: tuple[str, ...] = ()
+    ) -> None:
         self.text = _Text(source)
+        self.expected = expected
         self.tree = tree
         self.wanted = wanted
         self.sorted_wanted = sorted(wanted)
@@ -983,6 +989,8 @@ class _Collector:
         strings, skipped = _module_strings(self.text.source)
         if (node.lineno, node.col_offset) in skipped:
             return  # a docstring, or a part of an f-string (its position is the whole f-string's)
+        for other in dict.fromkeys(e for e in self.expected if e != value and e not in strings):
+            self._replace_node(node, _literal(other, quote), "expected_string")
         others = sorted((s for s in strings if s != value), key=lambda s: (abs(strings[s] - node.lineno), s))
         for other in others[:MAX_STRING_SWAPS]:
             self._replace_node(node, _literal(other, quote), "string_swap")
