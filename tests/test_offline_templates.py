@@ -171,3 +171,21 @@ def test_a_bug_that_needs_two_edits_is_fixed_once_single_edits_are_spent(make_re
         if c["verdict"] == "accepted"
     ]
     assert [c["meta"]["operator"] for c in accepted] == ["pair"]
+
+
+def test_a_candidate_that_makes_a_quick_test_hang_is_cut_short(make_repo, tmp_path):
+    """The baseline's failing test fails at once; a candidate that makes it loop forever is cut at
+    ten times the slowest healthy test (at least 2 s), not at the project's 8 s."""
+    wrong = COUNTDOWN["countdown.py"].replace("n += 1", "n -= 2")
+    repo = make_repo({**COUNTDOWN, "countdown.py": wrong})
+    endless = COUNTDOWN["countdown.py"]  # n += 1: never ends
+    fixed = COUNTDOWN["countdown.py"].replace("n += 1", "n -= 1")
+    edits = tmp_path / "edits.jsonl"
+    edits.write_text("".join(json.dumps({"files": {"countdown.py": t}}) + "\n" for t in (endless, fixed)))
+    config = RunConfig(drafter=f"replay:{edits}", candidates=1, max_iterations=3, test_timeout_s=8.0)
+    outcome = fix(repo, config, view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
+    assert first["verdict"] == "rejected"
+    [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
+    assert tests["duration_ms"] < 4000, tests

@@ -267,11 +267,11 @@ class Verifier:
 
     @property
     def hang_limit_s(self) -> float:
-        """One test's limit in the targeted stage when every test it runs hung at the baseline: ten
-        times the slowest test that did not, at least 2 s. A candidate whose loop still never ends is
-        cut there, not at the project's own limit; one that ends it finishes like a healthy test (a
-        fix whose test legitimately runs longer than that is lost: the price of not waiting minutes
-        on every hopeless candidate)."""
+        """One test's limit in the targeted stage: ten times the slowest test of the baseline that did
+        not hang, at least 2 s. A candidate whose loop never ends (one the baseline had, or one the
+        edit made) is cut there, not at the project's own limit; one that ends it finishes like a
+        healthy test (a fix whose test legitimately runs longer than that is lost: the price of not
+        waiting minutes on every hopeless candidate; the gate keeps the project's limit)."""
         return min(self.quick_timeout_s, max(2.0, 10 * self.healthy_s))
 
     @property

@@ -349,7 +349,10 @@ class FailingTestsStage:
             )
         hung = all("per-test limit" in attempt.current.tests[t].message for t in affected)
         verifier = self.verifier
-        limit = verifier.hang_limit_s if hung else None
+        # A test the candidate makes run ten times longer than the suite's slowest (at least 2 s) is
+        # cut there: a loop the edit made endless (boltons: `curr = curr[NEXT]` moved out of its
+        # loop) cost ~30 s a candidate at the project's limit.
+        limit = verifier.hang_limit_s
         timeout = verifier.hang_timeout_s if hung else verifier.quick_timeout_s
         scope = Scope(tests=tuple(affected), timeout_s=timeout, test_timeout_s=limit)
         result = self.validator.check(scope, stop_on_pass=not self._all_of(affected))
