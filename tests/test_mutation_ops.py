@@ -482,6 +482,8 @@ def test_the_rarer_one_line_bugs_have_templates():
     assert "y = 2 * a + b\n" not in [m.source for m in generate_mutants("y = 2 * (a + b - c)\n", [1])]
     assert first_fix("p *= p * d\n", [1], "augassign_to_assign") == "p = p * d\n"
     assert first_fix("ok = n - i == 0\n", [1], "binop_swap_far") == "ok = n % i == 0\n"
+    assert first_fix("a = w + h\n", [1], "binop_swap_far") == "a = w * h\n"
+    assert first_fix("a = w * h\n", [1], "binop_swap_far") == "a = w + h\n"
     assert first_fix("d = a - b\n", [1], "wrap_abs") == "d = abs(a - b)\n"
     assert first_fix("r = (j, i)\n", [1], "swap_elements") == "r = (i, j)\n"
     assert first_fix("ok = x in s\n", [1], "swap_operands") == "ok = s in x\n"

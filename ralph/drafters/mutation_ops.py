@@ -198,7 +198,7 @@ _PRECEDENCE: dict[type[ast.operator], int] = {
 }
 
 # Rarer confusions, tried after the simple edits (`n - i == 0` meant `n % i == 0`, `x -= b` `x //= b`).
-_BINOP_FAR: dict[str, tuple[str, ...]] = {"-": ("%", "//")}
+_BINOP_FAR: dict[str, tuple[str, ...]] = {"-": ("%", "//"), "+": ("*",), "*": ("+",)}
 
 _COMPARE_TOKENS: dict[type[ast.cmpop], str] = {
     ast.Eq: "==",
