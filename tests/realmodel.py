@@ -137,6 +137,36 @@ def serve(
         out.close()
 
 
+# One-line bugs of the kind a 135M model can manage: `python -m tests.realmodel trivial DIR` writes
+# them as a task suite (a project each) for `ralph bench fix` and the runs below.
+TRIVIAL = {
+    "add": ("def add(a, b):\n    return a - b\n", "assert add(2, 3) == 5"),
+    "double": ("def double(x):\n    x * 2\n", "assert double(4) == 8"),
+    "largest": ("def largest(xs):\n    return min(xs)\n", "assert largest([3, 9, 4]) == 9"),
+    "positive": (
+        "def is_positive(x):\n    return x < 0\n",
+        "assert is_positive(3)\n    assert not is_positive(-2)",
+    ),
+    "area": ("def area(w, h):\n    return w + h\n", "assert area(3, 4) == 12"),
+    "shout": ("def shout(s):\n    return s.lower()\n", "assert shout('hi') == 'HI'"),
+    "last": ("def last(xs):\n    return xs[0]\n", "assert last([1, 2, 3]) == 3"),
+    "count": (
+        "def count_even(xs):\n    return sum(1 for x in xs if x % 2 == 1)\n",
+        "assert count_even([1, 2, 4]) == 2",
+    ),
+}
+
+
+def trivial(out: Path) -> None:
+    for name, (source, check) in TRIVIAL.items():
+        function = source.split("(")[0].removeprefix("def ")
+        (out / name / "tests").mkdir(parents=True, exist_ok=True)
+        (out / name / "calc.py").write_text(source)
+        test = f"from calc import {function}\n\n\ndef test_{name}():\n    {check}\n"
+        (out / name / "tests" / "test_calc.py").write_text(test)
+        (out / name / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+
+
 RUNS = {
     "smol-search-replace": ("openai/smol", "search-replace", None),
     "smol-function": ("openai/smol", "function", None),
@@ -220,6 +250,9 @@ def speed(out: Path) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args[0] == "trivial":
+        trivial(Path(args[1]))
+        sys.exit(0)
     if args[0] == "speed":
         Path(args[1]).mkdir(parents=True, exist_ok=True)
         speed(Path(args[1]))
