@@ -38,7 +38,7 @@ class Task:
 
 def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int = 0) -> list[Task]:
     """`count` tasks, each `project` with one single-token mutant that its suite catches."""
-    from ralph.bench.verify import _copy, _failing, candidate_mutants
+    from ralph.bench.verify import _copy, _failing, _write_later, candidate_mutants
     from validators.toolchain import find_python
 
     if not project.is_dir():
@@ -50,17 +50,17 @@ def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int
         _copy(project, probe)
         naive = _naive_run_s(probe, interpreter, limit_s=600) or 60.0
         # What the unmutated copy fails already: a mutant is caught by another failure only.
-        already = _failing(_suite(probe, interpreter, [], 2 * naive + 5) or "")
+        already = _failing((_suite(probe, interpreter, [], 2 * naive + 5) or (0, ""))[1])
         for path, description, mutated in candidate_mutants(probe, seed, _is_test_file):
             if len(found) >= count:
                 break
             file = probe / path
             original = file.read_text(encoding="utf-8")
-            file.write_text(mutated, encoding="utf-8")
+            _write_later(file, mutated)  # (a same-second, same-size write would reuse stale bytecode)
             try:
                 caught = _fails(probe, interpreter, 2 * naive + 5, already)
             finally:
-                file.write_text(original, encoding="utf-8")
+                _write_later(file, original)
             if caught:
                 name = f"{project.name}-{len(found) + 1:02d}"
                 found.append(Task(name, source=project, mutant=(path, description, mutated)))
@@ -78,17 +78,19 @@ def _fails(project: Path, python: str, limit_s: float, already: frozenset[str] =
     from ralph.bench.verify import _failing
 
     output = _suite(project, python, [] if already else ["-x"], limit_s)
-    return output is not None and bool(_failing(output) - already)
+    # Tests that failed (exit status 1), not a run that could not collect (2): the loop's baseline
+    # would see no failing test where pytest stopped before running any.
+    return output is not None and output[0] == 1 and bool(_failing(output[1]) - already)
 
 
-def _suite(project: Path, python: str, flags: list[str], limit_s: float) -> str | None:
-    """The output of a fresh `pytest -q -rfE` of `project`; None when it ran past `limit_s`."""
+def _suite(project: Path, python: str, flags: list[str], limit_s: float) -> tuple[int, str] | None:
+    """The exit status and output of a fresh `pytest -q -rfE` of `project`; None past `limit_s`."""
     argv = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *flags]
     try:
         run = subprocess.run(argv, cwd=project, capture_output=True, text=True, check=False, timeout=limit_s)
     except subprocess.TimeoutExpired:
         return None
-    return run.stdout
+    return run.returncode, run.stdout
 
 
 def humanevalfix_files(row: dict[str, Any]) -> dict[str, str]:
