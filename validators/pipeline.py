@@ -100,14 +100,10 @@ class Verifier:
         run_budget_s: float | None = None,
     ) -> None:
         self.toolchain = toolchain
-        # The run's --max-seconds: one candidate whose tests still hang may take a tenth of it.
-        self.run_budget_s = run_budget_s
-        # The gate runs beside the loop (validators/background.py): `verify` ends after the
-        # targeted stages and its reports are not gated yet.
-        self.background = background
-        self.cache = (
-            CoverageCache(coverage_cache, toolchain.project, toolchain.python) if coverage_cache else None
-        )
+        self.run_budget_s = run_budget_s  # --max-seconds: a candidate that hangs takes a tenth of it
+        self.background = background  # gate beside the loop: `verify` ends after the targeted stages
+        cache = CoverageCache(coverage_cache, toolchain.project, toolchain.python) if coverage_cache else None
+        self.cache = cache
         self.targets = targets
         self.protected = protected
         self.only = only  # when set, edits outside these files are refused
