@@ -157,7 +157,8 @@ class DrafterStats:
 
 
 def trace_files(paths: Iterable[Path]) -> list[Path]:
-    """Trace files from files, run directories, or directories of runs (e.g. .ralph/runs)."""
+    """Trace files from files, run directories, directories of runs (e.g. .ralph/runs), or
+    directories of trace files (a `ralph bench fix` run's `traces/`)."""
     found: list[Path] = []
     for path in paths:
         if path.is_file():
@@ -165,7 +166,7 @@ def trace_files(paths: Iterable[Path]) -> list[Path]:
         elif (path / "trace.jsonl").is_file():
             found.append(path / "trace.jsonl")
         elif path.is_dir():
-            found += sorted(path.glob("*/trace.jsonl"))
+            found += sorted(path.glob("*/trace.jsonl")) or sorted(path.glob("*.jsonl"))
         else:
             raise RalphError(f"{path}: no such trace file or run directory")
     if not found:

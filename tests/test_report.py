@@ -155,3 +155,16 @@ def test_progress_counts_a_state_once_its_gate_passed():
     steps, times = gated_progress(records)
     assert steps == [3, 2, 2, 1]  # the provisional accepts count when (and if) their gate passes
     assert times == [(0.0, 3), (1.0, 2), (2.0, 2), (3.0, 2), (3.5, 1)]
+
+
+def test_a_directory_of_trace_files_is_read_as_a_bench_writes_it(tmp_path):
+    """`ralph bench fix` writes `traces/TASK.jsonl`: `ralph report --compare traces/` reads them."""
+    from ralph.report import trace_files
+
+    (tmp_path / "traces").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "traces" / f"{name}.jsonl").write_text("{}\n")
+    assert [p.name for p in trace_files([tmp_path / "traces"])] == ["a.jsonl", "b.jsonl"]
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    (tmp_path / "runs" / "r1" / "trace.jsonl").write_text("{}\n")
+    assert [p.parent.name for p in trace_files([tmp_path / "runs"])] == ["r1"]
