@@ -98,7 +98,8 @@ BUGS = {
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_the_offline_drafter_fixes(bug, make_repo):
     repo = make_repo(BUGS[bug])
-    outcome = fix(repo, RunConfig(drafter="mutation", max_iterations=12), view=QuietView(notices=False))
+    # The default budget (20 iterations of 4 candidates), as a new user runs it.
+    outcome = fix(repo, RunConfig(drafter="mutation"), view=QuietView(notices=False))
     assert outcome.result.outcome == "goal", bug
 
 
