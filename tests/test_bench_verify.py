@@ -20,21 +20,18 @@ PROJECT = {
 }
 
 
-def test_bench_verify_times_the_reject_and_the_accept_path(tmp_path: Path) -> None:
-    write_files(tmp_path / "p", PROJECT)
+def _bench_verify(project: Path) -> dict:
+    """`ralph bench verify` on three caught mutants of `project`, through the real entry point."""
     proc = run_ralph(
-        "bench",
-        "verify",
-        str(tmp_path / "p"),
-        "--mutants",
-        "3",
-        "--python",
-        sys.executable,
-        "--json",
-        timeout=300,
+        "bench", "verify", str(project), "--mutants", "3", "--python", sys.executable, "--json", timeout=300
     )
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_bench_verify_times_the_reject_and_the_accept_path(tmp_path: Path) -> None:
+    write_files(tmp_path / "p", PROJECT)
+    summary = _bench_verify(tmp_path / "p")
     assert summary["mutants"] == 3 and summary["recall"] == 1.0
     assert summary["accept_median_ms"] > 0 and summary["fixes_rejected"] == []
     # An accept costs one suite run and the first fixed test (9 of 8 here), not the two and a half
@@ -52,17 +49,5 @@ def test_a_test_that_fails_unmutated_catches_no_mutant(tmp_path: Path) -> None:
         "tests/test_broken.py": "def test_broken():\n    assert False\n",
     }
     write_files(tmp_path / "p", files)
-    proc = run_ralph(
-        "bench",
-        "verify",
-        str(tmp_path / "p"),
-        "--mutants",
-        "3",
-        "--python",
-        sys.executable,
-        "--json",
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = _bench_verify(tmp_path / "p")
     assert summary["mutants"] == 3 and summary["recall"] == 1.0, summary["missed"]

@@ -112,18 +112,25 @@ COUNTDOWN = {
 }
 
 
+def _replayed(repo, tmp_path, texts: tuple[str, ...], **settings: object) -> tuple[dict, dict]:
+    """Replay `texts` as countdown.py one candidate an iteration until green; the first candidate's
+    record and its targeted tests stage."""
+    edits = tmp_path / "edits.jsonl"
+    edits.write_text("".join(json.dumps({"files": {"countdown.py": t}}) + "\n" for t in texts))
+    config = RunConfig(drafter=f"replay:{edits}", candidates=1, max_iterations=3, **settings)  # type: ignore[arg-type]
+    outcome = fix(repo, config, view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
+    [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
+    return first, tests
+
+
 def test_a_candidate_whose_loop_still_never_ends_is_cut_short(make_repo, tmp_path):
     repo = make_repo(COUNTDOWN)
     still = COUNTDOWN["countdown.py"].replace("n += 1", "n += 2")
     fixed = COUNTDOWN["countdown.py"].replace("n += 1", "n -= 1")
-    edits = tmp_path / "edits.jsonl"
-    edits.write_text("".join(json.dumps({"files": {"countdown.py": t}}) + "\n" for t in (still, fixed)))
-    config = RunConfig(drafter=f"replay:{edits}", candidates=1, max_iterations=3, test_timeout_s=8.0)
-    outcome = fix(repo, config, view=QuietView(notices=False))
-    assert outcome.result.outcome == "goal"
-    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
+    first, tests = _replayed(repo, tmp_path, (still, fixed), test_timeout_s=8.0)
     assert first["verdict"] == "rejected"
-    [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
     # Cut at 2 s (ten times the healthy test, at least 2 s), not the project's 8 s.
     assert tests["duration_ms"] < 4000, tests
 
@@ -140,16 +147,8 @@ def test_a_hanging_candidate_takes_no_more_than_a_fair_share_of_the_run(make_rep
     repo = make_repo(hanging)
     still = COUNTDOWN["countdown.py"].replace("n += 1", "n += 2")
     fixed = COUNTDOWN["countdown.py"].replace("n += 1", "n -= 1")
-    edits = tmp_path / "edits.jsonl"
-    edits.write_text("".join(json.dumps({"files": {"countdown.py": t}}) + "\n" for t in (still, fixed)))
-    config = RunConfig(
-        drafter=f"replay:{edits}", candidates=1, max_iterations=3, test_timeout_s=3.0, max_seconds=25
-    )
-    outcome = fix(repo, config, view=QuietView(notices=False))
-    assert outcome.result.outcome == "goal"
-    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
+    first, tests = _replayed(repo, tmp_path, (still, fixed), test_timeout_s=3.0, max_seconds=25)
     assert first["verdict"] != "accepted"
-    [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
     assert tests["duration_ms"] < 4500, tests  # 6 s without the fair share
 
 
@@ -181,12 +180,6 @@ def test_a_candidate_that_makes_a_quick_test_hang_is_cut_short(make_repo, tmp_pa
     repo = make_repo({**COUNTDOWN, "countdown.py": wrong})
     endless = COUNTDOWN["countdown.py"]  # n += 1: never ends
     fixed = COUNTDOWN["countdown.py"].replace("n += 1", "n -= 1")
-    edits = tmp_path / "edits.jsonl"
-    edits.write_text("".join(json.dumps({"files": {"countdown.py": t}}) + "\n" for t in (endless, fixed)))
-    config = RunConfig(drafter=f"replay:{edits}", candidates=1, max_iterations=3, test_timeout_s=8.0)
-    outcome = fix(repo, config, view=QuietView(notices=False))
-    assert outcome.result.outcome == "goal"
-    first = next(r for r in read_trace(outcome.trace) if r["type"] == "iteration")["candidates"][0]
+    first, tests = _replayed(repo, tmp_path, (endless, fixed), test_timeout_s=8.0)
     assert first["verdict"] == "rejected"
-    [tests] = [s for s in first["stages"] if s["stage"] == "tests"]
     assert tests["duration_ms"] < 4000, tests
