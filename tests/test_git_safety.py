@@ -282,6 +282,31 @@ def test_what_a_run_killed_with_sigkill_left_is_removed_by_the_next(make_repo, t
     assert not list(left.glob(f"ralph-{proc.pid}-*"))
 
 
+def test_a_private_index_left_by_a_run_killed_inside_it_is_swept(make_repo):
+    """CI once killed a run while it held a private index: the directory had no owner lock, so
+    the next run's sweep never took it."""
+    import sys
+    import tempfile
+
+    repo = make_repo(BUGGY_WINDOWS)
+    script = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from ralph.gitops import temporary_index\n"
+        "with temporary_index(Path(sys.argv[1]), seed=True) as env:\n"
+        "    print(Path(env['GIT_INDEX_FILE']).parent, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(repo)], capture_output=True, text=True)
+    assert proc.returncode == -9
+    left = Path(proc.stdout.strip())
+    assert left.parent == Path(tempfile.gettempdir()) and left.is_dir()
+    from sandboxes import sweep_stale
+
+    sweep_stale()
+    assert not left.exists()
+
+
 CRLF_TESTS = BUGGY_WINDOWS["tests/test_windows.py"]
 
 
