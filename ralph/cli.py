@@ -605,6 +605,29 @@ def bench_fix_command(
     _stdout().print(table)
 
 
+@bench.command("priors")
+def bench_priors_command(
+    traces: Annotated[
+        list[Path], typer.Argument(help="Trace files, or directories of them (a bench fix run's traces/).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write them here (the shipped file is ralph/drafters/template_priors.json)."),
+    ] = None,
+) -> None:
+    """Each template's tries and accepts over the traces: the offline drafter's priors."""
+    from ralph.bench.fix import learn_priors
+    from ralph.report import trace_files
+
+    data = learn_priors(trace_files(traces))
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if out is None:
+        print(text, end="")
+        return
+    out.write_text(text)
+    Console(stderr=True).print(f"{len(data['templates'])} templates from {data['traces']} traces -> {out}")
+
+
 @app.command()
 def version() -> None:
     """Print ralph's version."""

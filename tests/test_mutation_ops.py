@@ -373,6 +373,26 @@ def test_var_substitution_uses_same_scope_names() -> None:
     assert [m.description for m in module_level] == ["line 4: `unrelated` -> `hidden`"]
 
 
+def test_a_variable_is_replaced_by_others_of_its_type_first_and_never_by_one_of_another() -> None:
+    source = (
+        "def f(items: list[int], limit: int, label):\n"
+        "    total = 0\n"
+        "    name = 'x'\n"
+        "    for i in range(limit):\n"
+        "        total += i\n"
+        "    count = len(items)\n"
+        "    return total\n"
+    )
+    replaced = [m.description for m in by_operator(generate_mutants(source, [7]), "var_substitute")]
+    # ints first (nearest binding first), then the name of unknown type; not the list, not the str.
+    assert replaced == [
+        "line 7: `total` -> `count`",
+        "line 7: `total` -> `i`",
+        "line 7: `total` -> `limit`",
+        "line 7: `total` -> `label`",
+    ]
+
+
 def test_var_substitution_is_bounded_per_name() -> None:
     source = "def f(" + ", ".join(f"p{i}" for i in range(20)) + "):\n    return p0\n"
     assert len(by_operator(generate_mutants(source, [2]), "var_substitute")) == 6

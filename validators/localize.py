@@ -15,6 +15,10 @@ def _in_project(path: str, protected: Sequence[str]) -> bool:
     return not (path.startswith("/") or ".." in parts or not path or is_protected(path, protected))
 
 
+# A traceback frame's score: above any Ochiai score (at most 1), as a frame is where the fault showed.
+FRAME_SCORE = 2.0
+
+
 def suspicious_lines(
     failing: Sequence[TestResult],
     coverage: Mapping[str, Mapping[str, Sequence[int]]],
@@ -22,13 +26,25 @@ def suspicious_lines(
     protected: Sequence[str],
     limit: int = 60,
 ) -> list[tuple[str, int]]:
-    """(path, line) pairs outside test files: traceback frames first (innermost first), then lines
-    ranked by Ochiai suspiciousness over per-test coverage (executed by failing tests, not by passing)."""
-    ranked: list[tuple[str, int]] = []
+    """(path, line) pairs outside test files, most suspicious first (see `scored_lines`)."""
+    return [(path, line) for path, line, _ in scored_lines(failing, coverage, passing, protected, limit)]
+
+
+def scored_lines(
+    failing: Sequence[TestResult],
+    coverage: Mapping[str, Mapping[str, Sequence[int]]],
+    passing: Iterable[str],
+    protected: Sequence[str],
+    limit: int = 60,
+) -> list[tuple[str, int, float]]:
+    """(path, line, score) outside test files: traceback frames first (innermost first, scored
+    `FRAME_SCORE`), then lines ranked by Ochiai suspiciousness over per-test coverage (executed by
+    failing tests, not by passing)."""
+    ranked: dict[tuple[str, int], float] = {}
     for test in failing:
         for path, line, _func in reversed(test.frames):
-            if _in_project(path, protected) and (path, line) not in ranked:
-                ranked.append((path, line))
+            if _in_project(path, protected):
+                ranked.setdefault((path, line), FRAME_SCORE)
     failed_ids = {t.nodeid for t in failing}
     passed_ids = set(passing)
     executed_by_failing: dict[tuple[str, int], int] = {}
@@ -55,5 +71,6 @@ def suspicious_lines(
         return ef / math.sqrt(total_failed * (ef + executed_by_passing.get(key, 0)))
 
     by_score = sorted(executed_by_failing, key=lambda k: (-ochiai(k), k[0], -k[1]))
-    ranked += [k for k in by_score if k not in ranked]
-    return ranked[:limit]
+    for key in by_score:
+        ranked.setdefault(key, round(ochiai(key), 6))
+    return [(path, line, score) for (path, line), score in list(ranked.items())[:limit]]

@@ -35,7 +35,7 @@ from validators.command import CommandValidator
 from validators.coverage import CoverageCache, remap_coverage
 from validators.failed_first import RecentFailures
 from validators.format import FormatValidator, formats_with_ruff
-from validators.localize import suspicious_lines
+from validators.localize import scored_lines
 from validators.mypy import MypyValidator, plugin_files
 from validators.plausibility import PlausibilityValidator
 from validators.policy import check_scripts, refusal
@@ -325,15 +325,17 @@ class Verifier:
         """What a drafter may see of `state`: the failing tests, diagnostics and checks, and the lines
         most likely at fault; with `only` set (a pre-commit hook's files), only what lies in them."""
         failing = tuple(state.tests[t] for t in state.failing_tests())
-        suspicious = suspicious_lines(failing, self.coverage, state.passing_tests(), self.protected)
+        scored = scored_lines(failing, self.coverage, state.passing_tests(), self.protected)
         only = self.only
+        scored = [s for s in scored if only is None or s[0] in only]
         return Evidence(
             failing_tests=failing,
             diagnostics=tuple(
                 d for ds in state.diagnostics.values() for d in ds if only is None or d.path in only
             ),
             failing_checks=tuple(c for c, r in state.checks.items() if not r.passed),
-            suspicious=tuple(s for s in suspicious if only is None or s[0] in only),
+            suspicious=tuple((path, line) for path, line, _ in scored),
+            suspicion=tuple(score for _, _, score in scored),
         )
 
     def verify(

@@ -312,6 +312,15 @@ def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, fl
     }
 
 
+def learn_priors(paths: list[Path]) -> dict[str, Any]:
+    """What `template_priors.json` holds: each template's tries and accepts over these traces."""
+    stats = template_stats([read_trace(p) for p in paths])
+    return {
+        "traces": len(paths),
+        "templates": {op: {"verified": s["verified"], "accepted": s["accepted"]} for op, s in stats.items()},
+    }
+
+
 def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     traces = [read_trace(Path(r["trace"])) for r in results if Path(r["trace"]).exists()]
     runs = [run_stats(t) for t in traces]

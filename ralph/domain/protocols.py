@@ -27,6 +27,7 @@ class DraftContext:
     diagnostics: tuple[Diagnostic, ...]
     failing_checks: tuple[str, ...]
     suspicious: tuple[tuple[str, int], ...]  # (path, line), most suspicious first
+    suspicion: tuple[float, ...] = ()  # their scores (a traceback frame 2, Ochiai at most 1)
     rejected: frozenset[str] = frozenset()  # fingerprints of candidates rejected this run
     attempts: tuple[tuple[str, str], ...] = ()  # (diff, why rejected) of the latest rejections
     best_rejected: tuple[str, str] | None = None  # the closest rejected edit and its failure
@@ -110,6 +111,7 @@ class Evidence:
     diagnostics: tuple[Diagnostic, ...]
     failing_checks: tuple[str, ...]
     suspicious: tuple[tuple[str, int], ...]  # (path, line), most suspicious first
+    suspicion: tuple[float, ...] = ()  # their scores (a traceback frame 2, Ochiai at most 1)
 
 
 class Verification(Protocol):

@@ -2,8 +2,11 @@
 
 Lint first goes to `ruff check --fix` (and `ruff format` when a failing check asks for it); then single
 mutations (operator swaps, comparison flips, off-by-one, negations, substitutions, ...) at the suspicious
-lines, most suspicious line first, simplest mutation first; then, once those are spent, pairs of the
-simplest mutations of the most suspicious lines (bounded).
+lines, in order of the line's score (traceback frames, then Ochiai over per-test coverage, less for
+each line above it) times the template's prior (how often it fixed a bug in the traces of `ralph bench
+fix` runs, shipped as data; more when the failing assertion's values point to it: one off, the wrong
+way, a sign); then, once those are spent, pairs of the simplest mutations of the most suspicious lines
+(bounded).
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import ast
 import itertools
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.protocols import DraftContext
-from ralph.drafters.mutation_ops import Mutant, combine, generate_mutants
+from ralph.drafters.mutation_ops import COSTS, Mutant, combine, generate_mutants
+from ralph.drafters.priors import priors as template_priors
+from ralph.drafters.priors import shipped
 from ralph.drafters.queue import CandidateQueue
 from sandboxes.workspace import read_text_beneath
 from validators.toolchain import ruff_bin
@@ -26,22 +31,27 @@ from validators.toolchain import ruff_bin
 PAIR_LINES = 4
 PAIR_PER_LINE = 6
 MAX_PAIRS = 150
+# A line's score is worth this much less for each line ranked above it: lines that tie on coverage
+# (every line a lone failing test ran) keep some of their order (frames first, later lines first),
+# so a likely template of a line far down waits for the likelier lines' own templates.
+DECAY = 0.85
 
 
 class MutationDrafter:
-    """Proposes the next untried mutants for the current state; [] when all are spent."""
+    """Proposes the next untried mutants for the current state; [] when all are spent.
+    `priors`: each template's chance to fix a bug when tried (default: learned, shipped as data)."""
 
     name = "mutation"
 
-    def __init__(self) -> None:
+    def __init__(self, priors: Mapping[str, float] | None = None) -> None:
         self._queue = CandidateQueue(self._candidates)
+        self._priors = dict(priors) if priors is not None else template_priors(shipped(), COSTS)
 
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
         return self._queue.take(context, n)
 
     def _candidates(self, context: DraftContext) -> Iterator[Candidate]:
         yield from _lint_fixes(context)
-        lines = [(d.path, d.line) for d in context.diagnostics if d.tool == "ruff" and not d.fixable]
         sources: dict[str, str | None] = {}
 
         def read(path: str) -> str | None:  # each file once per state
@@ -49,22 +59,33 @@ class MutationDrafter:
                 sources[path] = read_text_beneath(context.project, path) if path.endswith(".py") else None
             return sources[path]
 
+        ranked = ranked_lines(context, read)
         expected = compared_strings(context)
-        pool: list[tuple[int, str, Mutant]] = []  # (rank of its line, path, mutant), to pair later
-        for rank, (path, line) in enumerate(with_def_lines([*context.suspicious, *lines], read)):
-            if is_protected(path, context.protected) or (source := read(path)) is None:
-                continue
-            mutants = generate_mutants(source, [line], expected)
-            if mutants and len({r for r, _, _ in pool}) < PAIR_LINES:
-                pool += [(rank, path, m) for m in mutants[:PAIR_PER_LINE]]
-            for mutant in mutants:
-                yield Candidate(
-                    drafter=self.name,
-                    description=f"{path}:{mutant.description}",
-                    changes=(FileChange(path, source, mutant.source),),
-                    meta={"operator": mutant.operator},
-                )
-        yield from self._pairs(pool, read)
+        hints = value_hints(context)
+        by_path: dict[str, list[int]] = {}
+        for path, line, _ in ranked:
+            if not is_protected(path, context.protected) and read(path) is not None:
+                by_path.setdefault(path, []).append(line)
+        rank = {(path, line): i for i, (path, line, _) in enumerate(ranked)}
+        scored = bool(context.suspicion)  # (without scores, line by line in rank order)
+        found: list[tuple[int, float, int, int, str, Mutant]] = []  # (tier, -score x prior, rank, order, ...)
+        for path, at in by_path.items():
+            for mutant in generate_mutants(read(path) or "", at, expected):
+                i = rank[(path, mutant.at)]
+                key = -ranked[i][2] * DECAY**i * self._prior(mutant.operator, hints)
+                found.append((0 if scored else i, key, i, len(found), path, mutant))
+        for *_, path, mutant in sorted(found, key=lambda f: f[:4]):
+            yield Candidate(
+                drafter=self.name,
+                description=f"{path}:{mutant.description}",
+                changes=(FileChange(path, mutant.original, mutant.source),),
+                meta={"operator": mutant.operator},
+            )
+        yield from self._pairs(_pool(found), read)
+
+    def _prior(self, operator: str, hints: Mapping[str, float]) -> float:
+        prior = self._priors.get(operator, min(self._priors.values(), default=1.0))
+        return prior * hints.get(operator, 1.0)
 
     def _pairs(
         self, pool: list[tuple[int, str, Mutant]], read: Callable[[str], str | None]
@@ -112,6 +133,84 @@ def compared_strings(context: DraftContext) -> list[str]:
                 if text.isprintable():
                     found[text] = None
     return list(found)[:MAX_EXPECTED]
+
+
+def _pool(found: list[tuple[int, float, int, int, str, Mutant]]) -> list[tuple[int, str, Mutant]]:
+    """The mutants paired once single edits are spent: the simplest few (in the order they were
+    made) of each of the most suspicious lines that have any."""
+    pool: list[tuple[int, str, Mutant]] = []
+    per_line: dict[int, int] = {}
+    for _, _, rank, _, path, mutant in sorted(found, key=lambda f: (f[2], f[3])):
+        if rank not in per_line and len(per_line) >= PAIR_LINES:
+            break
+        per_line[rank] = per_line.get(rank, 0) + 1
+        if per_line[rank] <= PAIR_PER_LINE:
+            pool.append((rank, path, mutant))
+    return pool
+
+
+def ranked_lines(context: DraftContext, read: Callable[[str], str | None]) -> list[tuple[str, int, float]]:
+    """(path, line, score), most suspicious first: the suspicious lines, then the lines of ruff's
+    findings it cannot fix (scored as the least suspicious line), with `def` lines put in (scored
+    as the line that brought them, see `with_def_lines`)."""
+    scores = dict(zip(context.suspicious, context.suspicion, strict=False))
+    floor = min(scores.values(), default=1.0)
+    lint = [(d.path, d.line) for d in context.diagnostics if d.tool == "ruff" and not d.fixable]
+    scores |= {key: floor for key in lint if key not in scores}
+    lines = list(dict.fromkeys([*context.suspicious, *lint]))
+    out = []
+    for path, line in with_def_lines(lines, read):
+        if (path, line) not in scores:  # a def line: the score of its function's best line
+            last = max((e for f, e in _functions(read(path)) or () if f == line), default=line)
+            inside = [s for (p, n), s in scores.items() if p == path and line < n <= last]
+            scores[(path, line)] = max(inside, default=floor)
+        out.append((path, line, scores[(path, line)]))
+    return out
+
+
+# What a failing assertion's two values say of the fix, as the templates that make such a change
+# (their priors multiplied by HINT): an answer one off, a truth value the wrong way, a sign flipped.
+HINT = 3.0
+_OFF_BY_ONE = ("const_off_by_one", "index_off_by_one", "slice_off_by_one", "compare_flip", "drop_arg")
+_WRONG_WAY = (
+    "negate_condition",
+    "remove_not",
+    "bool_const_flip",
+    "compare_flip",
+    "boolop_swap",
+    "flip_returns",
+)
+_SIGN = ("binop_swap", "unary_remove", "swap_operands")
+_COMPARED = re.compile(r"^E?\s*(?:AssertionError: )?assert (.+) == (.+)$")
+
+
+def value_hints(context: DraftContext) -> dict[str, float]:
+    """Multipliers of template priors from the values the failing tests' assertions compared
+    (`assert 4 == 5`: one off; `assert True == False`: the wrong way; `assert -2 == 2`: a sign;
+    lists one item apart: a bound one off)."""
+    hints: dict[str, float] = {}
+    for test in context.failing_tests[:MAX_EXPECTED]:
+        for line in test.message.splitlines():
+            if (match := _COMPARED.match(line.strip())) is None:
+                continue
+            got, want = (_value(side) for side in match.groups())
+            if isinstance(got, bool) and isinstance(want, bool):
+                hints |= dict.fromkeys(_WRONG_WAY, HINT)
+            elif isinstance(got, int | float) and isinstance(want, int | float):
+                if abs(got - want) == 1:
+                    hints |= dict.fromkeys(_OFF_BY_ONE, HINT)
+                elif got == -want != 0:
+                    hints |= dict.fromkeys(_SIGN, HINT)
+            elif "contains one more item" in test.message:
+                hints |= dict.fromkeys(_OFF_BY_ONE, HINT)
+    return hints
+
+
+def _value(text: str) -> object:
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
 
 
 def with_def_lines(

@@ -18,9 +18,16 @@ import functools
 import re
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["MAX_MUTANTS_PER_LINE", "MAX_SUBSTITUTIONS_PER_NAME", "Mutant", "combine", "generate_mutants"]
+__all__ = [
+    "COSTS",
+    "MAX_MUTANTS_PER_LINE",
+    "MAX_SUBSTITUTIONS_PER_NAME",
+    "Mutant",
+    "combine",
+    "generate_mutants",
+]
 
 MAX_MUTANTS_PER_LINE = 60
 MAX_SUBSTITUTIONS_PER_NAME = 6
@@ -33,10 +40,18 @@ class Mutant:
     line: int  # 1-based line of the edit (start line of the replaced span)
     operator: str  # stable short name of the mutation operator, e.g. "compare_flip"
     description: str  # human readable, e.g. "line 12: `<` -> `<=`"
-    source: str  # the whole mutated file text
-    cost: int  # simplicity rank: lower = simpler / more likely to be the fix
+    original: str = field(repr=False)  # the file it edits (shared by its mutants, not copied)
+    cost: int = 0  # simplicity rank: lower = simpler / more likely to be the fix
     span: tuple[int, int] = (0, 0)  # the characters of the original it replaces
     text: str = ""  # and what it puts there
+    at: int = 0  # the line of those asked for it was made for (its own line, or its node's first)
+
+    @property
+    def source(self) -> str:
+        """The whole mutated file text (made when asked: a few thousand mutants of a large file
+        held as copies were hundreds of megabytes)."""
+        start, end = self.span
+        return self.original[:start] + self.text + self.original[end:]
 
 
 def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] = ()) -> list[Mutant]:
@@ -60,7 +75,7 @@ def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] 
         for line in {edit.line, edit.anchor} & wanted:
             edits_by_line[line].append(edit)
 
-    seen = {source}
+    seen = {hash(source)}  # (hashes: the mutated texts are not kept)
     mutants: list[Mutant] = []
     for line in ranked:
         produced = 0
@@ -68,7 +83,7 @@ def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] 
             if produced >= MAX_MUTANTS_PER_LINE:
                 break
             replacement = _padded(source, edit)
-            mutated = source[: edit.start] + replacement + source[edit.end :]
+            mutated = hash(source[: edit.start] + replacement + source[edit.end :])
             if mutated in seen:
                 continue
             seen.add(mutated)
@@ -79,10 +94,11 @@ def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] 
                     line=edit.line,
                     operator=edit.operator,
                     description=f"line {edit.line}: {edit.description}",
-                    source=mutated,
+                    original=source,
                     cost=edit.cost,
                     span=(edit.start, edit.end),
                     text=replacement,
+                    at=line,
                 )
             )
             produced += 1
@@ -100,7 +116,7 @@ def combine(source: str, first: Mutant, second: Mutant) -> str | None:
 
 
 # Operator costs: lower means simpler, tried first.
-_COSTS = {
+COSTS = {
     "binop_swap": 1,
     "augassign_swap": 1,
     "compare_flip": 1,
@@ -389,6 +405,52 @@ def _is_generator(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any(isinstance(n, ast.Yield | ast.YieldFrom) for n in _own_nodes(function))
 
 
+_GENERIC = {"List": "list", "Dict": "dict", "Set": "set", "Tuple": "tuple", "FrozenSet": "frozenset"}
+_LITERAL_TYPES = {
+    ast.List: "list",
+    ast.ListComp: "list",
+    ast.Dict: "dict",
+    ast.DictComp: "dict",
+    ast.Set: "set",
+    ast.SetComp: "set",
+    ast.Tuple: "tuple",
+    ast.JoinedStr: "str",
+}
+_CONSTRUCTORS = {
+    **{name: name for name in ("int", "str", "float", "bool", "list", "dict", "set", "tuple", "bytes")},
+    "len": "int",
+    "sorted": "list",
+}
+
+
+def _annotated(annotation: ast.expr | None) -> str | None:
+    """`int`, `list[int]`, `List[int]` -> the outer type's name; anything else (Optional, unions,
+    strings) -> None."""
+    if isinstance(annotation, ast.Subscript):
+        annotation = annotation.value
+    if isinstance(annotation, ast.Attribute):  # typing.List
+        annotation = ast.Name(annotation.attr)
+    if isinstance(annotation, ast.Name) and annotation.id not in ("Optional", "Union", "Any"):
+        return _GENERIC.get(annotation.id, annotation.id)
+    return None
+
+
+def _value_type(value: ast.expr) -> str | None:
+    if isinstance(value, ast.Constant) and value.value is not None and not isinstance(value.value, complex):
+        return type(value.value).__name__
+    if type(value) in _LITERAL_TYPES:
+        return _LITERAL_TYPES[type(value)]
+    return _CONSTRUCTORS.get(_called(value) or "") if isinstance(value, ast.Call) else None
+
+
+def _called(call: ast.expr) -> str | None:
+    return call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
+
+
+def _targets(node: ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor) -> list[ast.expr]:
+    return list(node.targets) if isinstance(node, ast.Assign) else [node.target]
+
+
 def _parse(source: str) -> ast.Module | None:
     with warnings.catch_warnings():
         # Mutants may trigger SyntaxWarnings (e.g. `x is 1`); they are still valid programs.
@@ -538,6 +600,7 @@ class _Collector:
         self.skip_const: set[int] = set()  # ids of int literals already mutated as `-n`
         self.call_funcs: set[int] = set()  # ids of Names called as functions
         self.bindings: dict[int, dict[str, int]] = {}  # scope id -> name -> first binding line
+        self.types: dict[int, dict[str, str]] = {}  # scope id -> name -> its one known type
         self.region: _Region | None = None  # re-parse region for the edits of the current node
 
     def collect(self) -> list[_Edit]:
@@ -652,7 +715,7 @@ class _Collector:
                 line=line,
                 col=col,
                 anchor=anchor,
-                cost=_COSTS[operator],
+                cost=COSTS[operator],
                 seq=len(self.edits),
                 region=self.region,
             )
@@ -754,11 +817,57 @@ class _Collector:
         self.bindings[id(scope)] = names
         return names
 
+    def _scope_types(self, scope: ast.AST) -> dict[str, str]:
+        """The type of each name of `scope` whose every binding says the same one (annotations,
+        literals, builtin constructors, `for i in range(...)`); names of unknown type are left out."""
+        cached = self.types.get(id(scope))
+        if cached is not None:
+            return cached
+        seen: dict[str, set[str | None]] = {}
+
+        def bind(target: ast.AST, kind: str | None) -> None:
+            if isinstance(target, ast.Name):
+                seen.setdefault(target.id, set()).add(kind)
+            elif isinstance(target, ast.Tuple | ast.List | ast.Starred):
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Name) and part is not target:
+                        seen.setdefault(part.id, set()).add(None)
+
+        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = scope.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                seen.setdefault(arg.arg, set()).add(_annotated(arg.annotation))
+        stack: list[ast.AST] = []
+        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            stack += scope.body
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    bind(target, _value_type(node.value))
+            elif isinstance(node, ast.AnnAssign):
+                bind(node.target, _annotated(node.annotation))
+            elif isinstance(node, ast.For | ast.AsyncFor):
+                is_range = isinstance(node.iter, ast.Call) and _called(node.iter) == "range"
+                bind(node.target, "int" if is_range else None)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                seen.setdefault(node.id, set()).add(None)  # walrus, with, except, comprehension...
+            if isinstance(node, _NESTED_SCOPES):
+                continue
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor):
+                # (`total += x` keeps the type `total = 0` gave it)
+                stack.extend(n for n in ast.iter_child_nodes(node) if n not in _targets(node))
+            else:
+                stack.extend(ast.iter_child_nodes(node))
+        found = {name: next(iter(kinds)) for name, kinds in seen.items() if len(kinds) == 1}
+        self.types[id(scope)] = {name: kind for name, kind in found.items() if kind is not None}
+        return self.types[id(scope)]
+
     # --- operators ---------------------------------------------------------------------------
 
     def _mutate(self, node: ast.AST, scope: ast.AST) -> None:
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
             if isinstance(block, list) and len(block) > 1:
                 for stmt in block:
                     if isinstance(stmt, _DELETABLE) and self._relevant(stmt):
@@ -971,10 +1080,25 @@ class _Collector:
         if node.id in _BUILTIN_NAMES and node.id not in bindings:
             return
         line = node.lineno
+        types = self._scope_types(scope)
+        own = types.get(node.id)
         candidates = sorted(
-            (name for name in bindings if name != node.id and name not in _NEVER_SUBSTITUTED),
-            # Prefer names bound before the use, then those bound closest to it.
-            key=lambda name: (bindings[name] > line, abs(bindings[name] - line), bindings[name], name),
+            (
+                name
+                for name in bindings
+                if name != node.id
+                and name not in _NEVER_SUBSTITUTED
+                # Of another known type than the name's: seldom the fix (`total` for `items`).
+                and not (own and types.get(name) and types[name] != own)
+            ),
+            # Names of the same type first, then names bound before the use, closest first.
+            key=lambda name: (
+                not own or types.get(name) != own,
+                bindings[name] > line,
+                abs(bindings[name] - line),
+                bindings[name],
+                name,
+            ),
         )
         for name in candidates[:MAX_SUBSTITUTIONS_PER_NAME]:
             self._replace_node(node, name, "var_substitute")
