@@ -624,7 +624,10 @@ def bench_priors_command(
     if out is None:
         print(text, end="")
         return
-    out.write_text(text)
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        raise RalphError(f"{out}: cannot write it ({exc.strerror or exc})") from None
     Console(stderr=True).print(f"{len(data['templates'])} templates from {data['traces']} traces -> {out}")
 
 

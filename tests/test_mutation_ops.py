@@ -393,6 +393,34 @@ def test_a_variable_is_replaced_by_others_of_its_type_first_and_never_by_one_of_
     ]
 
 
+def test_a_substitution_is_kept_whenever_the_types_may_agree() -> None:
+    """Numbers are one kind, abstract and project types are unknown, and a name also bound by a
+    comprehension, `except ... as` or the like is of unknown type: none of these is dropped."""
+    cases = [
+        ("def f(xs):\n    total = 0.0\n    count = 0\n    return count / count\n", 4, "`count` -> `total`"),
+        ("def f(xs):\n    found = False\n    n = 0\n    return n\n", 4, "`n` -> `found`"),
+        ("def f(items: Sequence[int]):\n    seen = []\n    return items\n", 3, "`items` -> `seen`"),
+        (
+            "def f(limit: float, xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n",
+            5,
+            "`total` -> `limit`",
+        ),
+        (
+            "def f(words: list[str], w: int):\n    sep = '-'\n    return [w + w for w in words]\n",
+            3,
+            "`w` -> `sep`",
+        ),
+        (
+            "def f(msg):\n    e = 0\n    try:\n        pass\n    except Exception as e:\n        pass\n    return str(msg)\n",
+            7,
+            "`msg` -> `e`",
+        ),
+    ]
+    for source, line, wanted in cases:
+        replaced = [m.description for m in by_operator(generate_mutants(source, [line]), "var_substitute")]
+        assert f"line {line}: {wanted}" in replaced, (source, replaced)
+
+
 def test_var_substitution_is_bounded_per_name() -> None:
     source = "def f(" + ", ".join(f"p{i}" for i in range(20)) + "):\n    return p0\n"
     assert len(by_operator(generate_mutants(source, [2]), "var_substitute")) == 6

@@ -114,3 +114,36 @@ def test_an_answer_one_off_puts_the_off_by_one_templates_first(tmp_path):
     lists = "E   assert [1, 2] == [1, 2, 3]\n      Right contains one more item: 3"
     assert value_hints(_failing(lists, tmp_path)).get("slice_off_by_one", 1) > 1
     assert not value_hints(_failing("E   assert 4 == 9", tmp_path))
+
+
+def test_odd_assertion_values_say_nothing_and_raise_nothing(tmp_path):
+    huge = "9" * 400
+    for message in (
+        f"E   assert {huge} == 1.5",
+        "E   assert inf == 1",
+        "E   assert nan == nan",
+        "E   assert (1 == 2",
+    ):
+        assert not value_hints(_failing(message, tmp_path))
+
+
+def test_bench_priors_refuses_what_is_not_a_trace_with_one_line(tmp_path):
+    garbled = tmp_path / "bad.jsonl"
+    garbled.write_text(json.dumps({"type": "iteration", "candidates": [{"meta": {"operator": "x"}}]}) + "\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps({"type": "run_start"}) + "\n")
+    good = tmp_path / "good.jsonl"
+    good.write_text(
+        json.dumps(
+            {"type": "iteration", "candidates": [{"verdict": "accepted", "meta": {"operator": "drop_arg"}}]}
+        )
+        + "\n"
+    )
+    for args in (
+        [str(garbled)],
+        [str(empty)],
+        [str(good), "--out", str(tmp_path / "no" / "such" / "x.json")],
+    ):
+        proc = run_ralph("bench", "priors", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

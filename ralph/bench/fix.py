@@ -314,7 +314,12 @@ def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, fl
 
 def learn_priors(paths: list[Path]) -> dict[str, Any]:
     """What `template_priors.json` holds: each template's tries and accepts over these traces."""
-    stats = template_stats([read_trace(p) for p in paths])
+    try:
+        stats = template_stats([read_trace(p) for p in paths])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RalphError(f"not ralph traces (a record lacks or garbles {exc}): {paths[0]} ...") from None
+    if not stats:
+        raise RalphError("no candidate of a template in these traces: nothing to learn priors from")
     return {
         "traces": len(paths),
         "templates": {op: {"verified": s["verified"], "accepted": s["accepted"]} for op, s in stats.items()},

@@ -153,7 +153,9 @@ def ranked_lines(context: DraftContext, read: Callable[[str], str | None]) -> li
     """(path, line, score), most suspicious first: the suspicious lines, then the lines of ruff's
     findings it cannot fix (scored as the least suspicious line), with `def` lines put in (scored
     as the line that brought them, see `with_def_lines`)."""
-    scores = dict(zip(context.suspicious, context.suspicion, strict=False))
+    scores: dict[tuple[str, int], float] = {}
+    for key, score in zip(context.suspicious, context.suspicion, strict=False):
+        scores.setdefault(key, score)  # (a line listed twice keeps its first, best, score)
     floor = min(scores.values(), default=1.0)
     lint = [(d.path, d.line) for d in context.diagnostics if d.tool == "ruff" and not d.fixable]
     scores |= {key: floor for key in lint if key not in scores}
@@ -197,10 +199,13 @@ def value_hints(context: DraftContext) -> dict[str, float]:
             if isinstance(got, bool) and isinstance(want, bool):
                 hints |= dict.fromkeys(_WRONG_WAY, HINT)
             elif isinstance(got, int | float) and isinstance(want, int | float):
-                if abs(got - want) == 1:
-                    hints |= dict.fromkeys(_OFF_BY_ONE, HINT)
-                elif got == -want != 0:
-                    hints |= dict.fromkeys(_SIGN, HINT)
+                try:
+                    if abs(got - want) == 1:
+                        hints |= dict.fromkeys(_OFF_BY_ONE, HINT)
+                    elif got == -want != 0:
+                        hints |= dict.fromkeys(_SIGN, HINT)
+                except OverflowError:  # (an int too large to subtract a float from)
+                    pass
             elif "contains one more item" in test.message:
                 hints |= dict.fromkeys(_OFF_BY_ONE, HINT)
     return hints

@@ -406,6 +406,8 @@ def _is_generator(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 _GENERIC = {"List": "list", "Dict": "dict", "Set": "set", "Tuple": "tuple", "FrozenSet": "frozenset"}
+_NUMBERS = frozenset({"int", "float", "bool", "complex"})
+_CONCRETE = frozenset({*_NUMBERS, "str", "bytes", "list", "dict", "set", "tuple", "frozenset"})
 _LITERAL_TYPES = {
     ast.List: "list",
     ast.ListComp: "list",
@@ -430,25 +432,72 @@ def _annotated(annotation: ast.expr | None) -> str | None:
         annotation = annotation.value
     if isinstance(annotation, ast.Attribute):  # typing.List
         annotation = ast.Name(annotation.attr)
-    if isinstance(annotation, ast.Name) and annotation.id not in ("Optional", "Union", "Any"):
-        return _GENERIC.get(annotation.id, annotation.id)
-    return None
+    if isinstance(annotation, ast.Name):
+        return _kind(_GENERIC.get(annotation.id, annotation.id))
+    return None  # (abstract types, classes of the project: anything may be passed for them)
+
+
+def _kind(name: str | None) -> str | None:
+    """A builtin concrete type's name as a kind (the numbers are one); None for anything else."""
+    if name in _NUMBERS:
+        return "number"
+    return name if name in _CONCRETE else None
 
 
 def _value_type(value: ast.expr) -> str | None:
-    if isinstance(value, ast.Constant) and value.value is not None and not isinstance(value.value, complex):
-        return type(value.value).__name__
+    if isinstance(value, ast.Constant):
+        return _kind(type(value.value).__name__)
     if type(value) in _LITERAL_TYPES:
         return _LITERAL_TYPES[type(value)]
-    return _CONSTRUCTORS.get(_called(value) or "") if isinstance(value, ast.Call) else None
+    return _kind(_CONSTRUCTORS.get(_called(value) or "")) if isinstance(value, ast.Call) else None
+
+
+def _own_nodes_of(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of `body`, not those of nested scopes."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, _NESTED_SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _typed_targets(node: ast.AST) -> list[tuple[ast.expr, str | None]]:
+    """The targets a statement binds, with the type it gives them (`x: int`, `x = []`, `for i in
+    range(n)`)."""
+    if isinstance(node, ast.Assign):
+        return [(target, _value_type(node.value)) for target in node.targets]
+    if isinstance(node, ast.AnnAssign):
+        return [(node.target, _annotated(node.annotation))]
+    if isinstance(node, ast.For | ast.AsyncFor):
+        return [(node.target, "number" if _called(node.iter) == "range" else None)]
+    return []
+
+
+def _bound_names(node: ast.AST, scope: ast.AST) -> list[str]:
+    """Names `node` binds other than by assigning to a Name (imports, `except ... as`, match
+    captures, defs and their parameters, global and nonlocal declarations)."""
+    if isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
+        return [node.name] if node.name else []
+    if isinstance(node, ast.MatchMapping):
+        return [node.rest] if node.rest else []
+    if isinstance(node, ast.alias):
+        return [(node.asname or node.name).split(".")[0]]
+    if isinstance(node, ast.Global | ast.Nonlocal):
+        return list(node.names)
+    names = []
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node is not scope:
+        names.append(node.name)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and node is not scope:
+        args = node.args
+        names += [
+            a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a
+        ]
+    return names
 
 
 def _called(call: ast.expr) -> str | None:
     return call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
-
-
-def _targets(node: ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor) -> list[ast.expr]:
-    return list(node.targets) if isinstance(node, ast.Assign) else [node.target]
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -818,47 +867,38 @@ class _Collector:
         return names
 
     def _scope_types(self, scope: ast.AST) -> dict[str, str]:
-        """The type of each name of `scope` whose every binding says the same one (annotations,
-        literals, builtin constructors, `for i in range(...)`); names of unknown type are left out."""
+        """The type of each name of the function `scope` whose every binding says the same one
+        (annotations, literals, builtin constructors, `for i in range(...)`; ints, floats and bools
+        are one kind, `number`); a name bound any other way, here or in a nested scope (a
+        comprehension's variable, `except ... as`, an import, a match capture, a nested def), is of
+        unknown type and left out: only a known type keeps a substitution out."""
         cached = self.types.get(id(scope))
         if cached is not None:
             return cached
         seen: dict[str, set[str | None]] = {}
+        typed: set[int] = set()  # the Name targets given a type
 
-        def bind(target: ast.AST, kind: str | None) -> None:
-            if isinstance(target, ast.Name):
-                seen.setdefault(target.id, set()).add(kind)
-            elif isinstance(target, ast.Tuple | ast.List | ast.Starred):
-                for part in ast.walk(target):
-                    if isinstance(part, ast.Name) and part is not target:
-                        seen.setdefault(part.id, set()).add(None)
+        def note(name: str, kind: str | None, target: ast.AST | None = None) -> None:
+            seen.setdefault(name, set()).add(kind)
+            if target is not None:
+                typed.add(id(target))
 
-        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            args = scope.args
-            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-                seen.setdefault(arg.arg, set()).add(_annotated(arg.annotation))
-        stack: list[ast.AST] = []
-        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            stack += scope.body
-        while stack:
-            node = stack.pop()
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    bind(target, _value_type(node.value))
-            elif isinstance(node, ast.AnnAssign):
-                bind(node.target, _annotated(node.annotation))
-            elif isinstance(node, ast.For | ast.AsyncFor):
-                is_range = isinstance(node.iter, ast.Call) and _called(node.iter) == "range"
-                bind(node.target, "int" if is_range else None)
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                seen.setdefault(node.id, set()).add(None)  # walrus, with, except, comprehension...
-            if isinstance(node, _NESTED_SCOPES):
-                continue
-            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor):
-                # (`total += x` keeps the type `total = 0` gave it)
-                stack.extend(n for n in ast.iter_child_nodes(node) if n not in _targets(node))
-            else:
-                stack.extend(ast.iter_child_nodes(node))
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return {}
+        args = scope.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            note(arg.arg, _annotated(arg.annotation))
+        for node in _own_nodes_of(scope.body):
+            for target, kind in _typed_targets(node):
+                if isinstance(target, ast.Name):
+                    note(target.id, kind, target)
+            if isinstance(node, ast.AugAssign):  # `total += x` keeps the kind `total = 0` gave it
+                typed.add(id(node.target))
+        for node in ast.walk(scope):
+            for name in _bound_names(node, scope):
+                note(name, None)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and id(node) not in typed:
+                note(node.id, None)
         found = {name: next(iter(kinds)) for name, kinds in seen.items() if len(kinds) == 1}
         self.types[id(scope)] = {name: kind for name, kind in found.items() if kind is not None}
         return self.types[id(scope)]

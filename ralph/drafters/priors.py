@@ -20,8 +20,9 @@ def priors(counts: Mapping[str, Mapping[str, Any]], costs: Mapping[str, int]) ->
     """Each template's prior chance to fix a bug when tried: its accepts over its tries, smoothed
     towards the base rate of all templates scaled by its cost (2 / (1 + cost)); a template with no
     record (a new one) gets that default."""
-    tried = sum(float(c.get("verified", 0)) for c in counts.values())
-    fixed = sum(float(c.get("accepted", 0)) for c in counts.values())
+    ours = [c for op, c in counts.items() if op in costs]  # (not pairs, not ruff's fixes)
+    tried = sum(float(c.get("verified", 0)) for c in ours)
+    fixed = sum(float(c.get("accepted", 0)) for c in ours)
     base = (fixed + 1.0) / (tried + 2.0)
     out = {}
     for operator, cost in costs.items():
