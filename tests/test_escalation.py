@@ -9,14 +9,20 @@ from ralph.trace import read_trace
 from ralph.view import QuietView
 from tests.llm_server import FakeModelServer
 
-# `abs` is missing: no single-token mutation can add it.
+# The greeting lacks the name: no template can write an f-string (the expected string of the
+# first assertion, the one template that comes near, fails the second).
 FILES = {
-    "dist.py": "def distance(a, b):\n    return a - b\n",
-    "tests/test_dist.py": "from dist import distance\n\n\ndef test_distance():\n    assert distance(1, 3) == distance(3, 1) == 2\n",
+    "greet.py": 'def greet(name):\n    return "Hello"\n',
+    "tests/test_greet.py": (
+        "from greet import greet\n\n\ndef test_greet():\n"
+        '    assert greet("Bob") == "Hello, Bob!"\n'
+        '    assert greet("Al") == "Hello, Al!"\n'
+    ),
 }
 REPLY = (
-    "The distance must not be negative.\n\n"
-    "dist.py\n```python\n<<<<<<< SEARCH\n    return a - b\n=======\n    return abs(a - b)\n>>>>>>> REPLACE\n```\n"
+    "The greeting must name the person.\n\n"
+    'greet.py\n```python\n<<<<<<< SEARCH\n    return "Hello"\n=======\n    return f"Hello, {name}!"\n'
+    ">>>>>>> REPLACE\n```\n"
 )
 
 
@@ -42,7 +48,11 @@ def test_stall_escalates_to_the_deep_model_which_fixes_the_bug(make_repo, monkey
     assert "escalate" in iterations[-1]["route"]["reason"]
     assert iterations[-1]["candidates"][-1]["verdict"] == "accepted"
     meta = iterations[-1]["candidates"][-1]["meta"]  # the raw reply, kept in the trace
-    assert "return abs(a - b)" in meta["reply"] and meta["finish_reason"] == "stop" and meta["latency_ms"] > 0
+    assert (
+        'return f"Hello, {name}!"' in meta["reply"]
+        and meta["finish_reason"] == "stop"
+        and meta["latency_ms"] > 0
+    )
     assert "sk-test-SECRET-escalation" not in outcome.trace.read_text()
     # A local model has no known price: said at the start, and its tokens are counted apart.
     assert any("--max-cost cannot be enforced for llm:openai/fake-coder" in n for n in notices)

@@ -302,7 +302,9 @@ def test_a_forged_traceback_frame_never_points_outside_the_project():
 
 OFF_BY_ONE = {
     "agg.py": "def total(xs):\n    s = 0\n    for i in range(1, len(xs)):\n        s += xs[i]\n    return s\n",
-    "tests/test_agg.py": "from agg import total\n\n\ndef test_total():\n    assert total([1, 2, 3]) == 6\n",
+    "tests/test_agg.py": (
+        "from agg import total\n\n\ndef test_total():\n    assert total([1, 2, 3]) == 6\n    assert total([4, 5]) == 9\n"
+    ),
 }
 
 
