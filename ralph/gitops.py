@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph.domain.errors import GitError, RalphError
-from sandboxes import hold_owner_lock
+from sandboxes import hold_owner_lock, remove_owned
 
 # The user's own line-ending settings (core.autocrlf, .gitattributes eol) apply, as in their git: the
 # workspace gets the working tree's bytes and commits are normalized as theirs would be.
@@ -88,23 +88,24 @@ def open_repo(path: Path) -> tuple[Path, str]:
 
 @contextmanager
 def temporary_index(toplevel: Path, seed: bool = False) -> Iterator[dict[str, str]]:
-    """An environment whose GIT_INDEX_FILE is a private copy, so the user's index is never written."""
-    with tempfile.TemporaryDirectory(prefix=f"ralph-{os.getpid()}-index-") as tmp:
-        # Locked while in use, so the next run's sweep removes it if this one is killed with SIGKILL.
-        owner = hold_owner_lock(Path(tmp))
-        index = Path(tmp) / "index"
-        try:
-            if seed:
-                user_index = Path(run_git(toplevel, "rev-parse", "--git-path", "index").strip())
-                user_index = user_index if user_index.is_absolute() else toplevel / user_index
-                if user_index.exists():
-                    # Keeps the entries' stat data, so `add -A` rehashes only what changed, and the
-                    # index's own mtime: git treats an entry as racily clean (and compares contents)
-                    # when its file changed within the index's timestamp; a fresh mtime would hide that.
-                    shutil.copy2(user_index, index)
-            yield {"GIT_INDEX_FILE": str(index)}
-        finally:
-            os.close(owner)
+    """An environment whose GIT_INDEX_FILE is a private copy, so the user's index is never written.
+    Its directory is locked while in use and emptied lock file last, so a run killed at any point
+    leaves it locked by nobody or empty, and the next run's sweep removes it."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"ralph-{os.getpid()}-index-"))
+    owner = hold_owner_lock(tmp)
+    index = tmp / "index"
+    try:
+        if seed:
+            user_index = Path(run_git(toplevel, "rev-parse", "--git-path", "index").strip())
+            user_index = user_index if user_index.is_absolute() else toplevel / user_index
+            if user_index.exists():
+                # Keeps the entries' stat data, so `add -A` rehashes only what changed, and the
+                # index's own mtime: git treats an entry as racily clean (and compares contents)
+                # when its file changed within the index's timestamp; a fresh mtime would hide that.
+                shutil.copy2(user_index, index)
+        yield {"GIT_INDEX_FILE": str(index)}
+    finally:
+        remove_owned(tmp, owner)
 
 
 _IN_PROGRESS = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -35,7 +34,7 @@ from ralph.loop import Budget, Lane, Loop, RunResult
 from ralph.report import undone
 from ralph.trace import TraceWriter, read_trace
 from router import create_router
-from sandboxes import hold_owner_lock, require_sandbox, select_sandbox, sweep_stale
+from sandboxes import hold_owner_lock, remove_owned, require_sandbox, select_sandbox, sweep_stale
 from sandboxes.workspace import Workspace
 from validators.background import BackgroundGate
 from validators.mypy import mypy_configured
@@ -306,8 +305,7 @@ def _private_dir(stack: contextlib.ExitStack[bool | None]) -> Path:
     """This run's private temporary directory, removed at the end, with its owner lock held."""
     tmp = Path(tempfile.mkdtemp(prefix=f"ralph-{os.getpid()}-"))
     owner = hold_owner_lock(tmp)  # released (by the kernel, if need be) when this run ends
-    stack.callback(os.close, owner)
-    stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+    stack.callback(remove_owned, tmp, owner)
     return tmp
 
 

@@ -24,6 +24,7 @@ __all__ = ["LocalSandbox", "Workspace", "require_sandbox", "select_sandbox", "sw
 
 
 _OURS = re.compile(r"^ralph-(\d+)-")
+_MADE = re.compile(r"^ralph-(\d+)-(index-)?[a-z0-9_]{8}$")  # the run's directory, a private index
 
 
 def _alive(pid: int) -> bool:
@@ -57,6 +58,27 @@ def hold_owner_lock(directory: Path) -> int:
     return fd
 
 
+def remove_owned(directory: Path, owner: int) -> None:
+    """Remove a directory `hold_owner_lock` marked and release its lock: its lock file goes last,
+    and only once everything else is gone, so a run killed at any point leaves the directory
+    locked by nobody or empty, and the next run's sweep takes either."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            if entry.name == OWNER_LOCK:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        if os.listdir(directory) == [OWNER_LOCK]:
+            os.unlink(directory / OWNER_LOCK)
+    os.close(owner)
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
+
+
 def sweep_stale() -> None:
     """Remove what runs killed with SIGKILL left: their copies of the user's code in the temporary
     directory (only directories of ours, by name and owner, whose run's lock is free: a run in
@@ -64,9 +86,16 @@ def sweep_stale() -> None:
     made a later start fail)."""
     tmp = Path(tempfile.gettempdir())
     with contextlib.suppress(OSError):
-        for name in os.listdir(tmp):
+        names = os.listdir(tmp)
+        for name in names:
             if _OURS.match(name) and _abandoned(tmp / name):
                 shutil.rmtree(tmp / name, ignore_errors=True)
+        # An empty one of a process that is gone: killed between making it and locking it, or
+        # after emptying it (the lock file goes last), before removing it. (By the names mkdtemp
+        # gives ours only: an empty `ralph-20240101-x` may be somebody's.)
+        for name in stale(n for n in names if _MADE.match(n)):
+            with contextlib.suppress(OSError):
+                os.rmdir(tmp / name)  # (only ever an empty directory)
     from sandboxes.bwrap import sweep_cgroups
 
     sweep_cgroups()

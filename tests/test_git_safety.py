@@ -305,6 +305,18 @@ def test_a_private_index_left_by_a_run_killed_inside_it_is_swept(make_repo):
 
     sweep_stale()
     assert not left.exists()
+    # Killed between making the directory and locking it (or after emptying it): an empty one of a
+    # process that is gone goes too; an empty one of a live process stays.
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    empty = Path(tempfile.mkdtemp(prefix=f"ralph-{gone.stdout.strip()}-index-"))
+    alive = Path(tempfile.mkdtemp(prefix="ralph-1-index-"))
+    try:
+        sweep_stale()
+        assert not empty.exists() and alive.exists()
+    finally:
+        alive.rmdir()
 
 
 CRLF_TESTS = BUGGY_WINDOWS["tests/test_windows.py"]
