@@ -50,6 +50,20 @@ def test_a_change_inside_a_function_selects_the_tests_that_ran_it():
     assert selection.tests == ["tests/test_core.py::test_area"]
 
 
+def test_the_tests_that_ran_the_changed_line_come_first_the_narrowest_first():
+    source = "def f(x):\n    if x:\n        return 1\n    return 2\n"
+    coverage = {
+        "t::wide": {"m.py": [1, 2, 3], "n.py": [1, 2, 3, 4]},
+        "t::other_branch": {"m.py": [1, 2, 4]},
+        "t::narrow": {"m.py": [1, 2, 3]},
+        COLLECTION: {"m.py": [1]},
+    }
+    change = FileChange("m.py", source, source.replace("return 1", "return 0"))
+    selection = select_tests([change], coverage, ImportGraph({"m.py": source}), is_test)
+    assert sorted(selection.tests) == ["t::narrow", "t::other_branch", "t::wide"]  # all entered f
+    assert selection.near == ["t::narrow", "t::wide"]  # (t::other_branch never ran line 3)
+
+
 def test_module_level_code_falls_back_to_every_test_module_importing_it():
     selection = select_tests(
         [edit("pkg/core.py", "SCALE = 2", "SCALE = 3")], COVERAGE, ImportGraph(SOURCES), is_test

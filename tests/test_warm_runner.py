@@ -248,6 +248,9 @@ def test_tests_that_failed_lately_then_tests_named_after_the_change_run_first(tm
     assert run() == (6, ["test_parse_answer"])  # pytest's order
     assert run(words=["parse", "answer"]) == (0, ["test_parse_answer"])  # the rarer word wins
     assert run(failed_first=["tests/test_many.py::test_recent"], words=["parse"]) == (0, ["test_recent"])
+    # Tests that ran the changed line come before those named after it, in the order given.
+    near = ["tests/test_many.py::test_d", "tests/test_many.py::test_recent", "tests/test_many.py::test_b"]
+    assert run(words=["parse"], near=near) == (1, ["test_recent"])
 
 
 def test_a_readied_child_caps_what_a_test_prints(validator, project):

@@ -517,6 +517,7 @@ class Verifier:
             exitfirst=True,
             failed_first=self.recent_failures.first(self.durations),
             words=selection.words,
+            near=selection.near,
         )
         self.recent_failures.saw(result.tests)
         count = len(selection.tests) if tests else "all"

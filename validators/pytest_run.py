@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ class PytestValidator:
         exitfirst: bool = False,
         failed_first: Sequence[str] = (),
         words: Sequence[str] = (),
+        near: Sequence[str] = (),
         stop_on_pass: bool = False,
         guard: Collection[str] = (),
     ) -> StageResult:
@@ -57,11 +58,13 @@ class PytestValidator:
         except after an early stop: with `exitfirst` at the first failing test, with `stop_on_pass`
         at the first that passes (is any of these failing tests fixed?), with `guard` at the first
         failure of one of those tests (a regression: the verdict is known). The tests in
-        `failed_first`, then those named after one of the `words`, run before the others."""
+        `failed_first`, then those in `near`, those named after one of the `words` first, run before
+        the others."""
         start = time.perf_counter()
         project = self.toolchain.project.resolve()
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
-            env = self._run_env(Path(tmp.path), project, scope, coverage, failed_first, words)
+            first = {"tests": list(failed_first), "words": list(words), "near": list(near)}
+            env = self._run_env(Path(tmp.path), project, scope, coverage, first)
             if stop_on_pass:
                 env["RALPH_STOP_ON_PASS"] = "1"
             if guard:
@@ -134,8 +137,7 @@ class PytestValidator:
         project: Path,
         scope: Scope,
         coverage: bool,
-        failed_first: Sequence[str],
-        words: Sequence[str],
+        first: Mapping[str, Sequence[str]],
     ) -> dict[str, str]:
         """The settings our report plugin reads: where to write the report and coverage, limits, order."""
         env = {
@@ -145,8 +147,8 @@ class PytestValidator:
         }
         if coverage:
             env["RALPH_COVERAGE"] = str(tmp / "coverage.json")
-        if failed_first or words:
-            env["RALPH_FIRST"] = json.dumps({"tests": list(failed_first), "words": list(words)})
+        if any(first.values()):
+            env["RALPH_FIRST"] = json.dumps(first)
         return env
 
     def _run(self, args: list[str], scope: Scope, env: dict[str, str], exitfirst: bool) -> ProcessResult:

@@ -214,27 +214,30 @@ def pytest_collectreport(report) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """With $RALPH_FIRST ({"tests": [node ids], "words": [...]}): tests that failed lately first,
-    then those asked for by node id, each group ordered by the rarest of the words its name
-    contains; the rest keep pytest's order. A broken candidate then fails on its first test or so,
-    and -x stops the run there instead of after the whole module."""
+    """With $RALPH_FIRST ({"tests": [node ids], "words": [...], "near": [node ids]}): tests that
+    failed lately first, then those asked for by node id; in each group those in "near" (they ran a
+    changed line) first, then by the rarest of the words its name contains, then in "near"'s order;
+    the rest keep pytest's order. A broken candidate then fails on its first test or so, and -x
+    stops the run there instead of after the whole module."""
     try:
         first = json.loads(_setting("RALPH_FIRST") or "{}")
     except ValueError:
         return
     failed = set(first.get("tests", []))
     words = [w.lower() for w in first.get("words", [])]
-    if not failed and not words:
+    near = {test: i for i, test in enumerate(first.get("near", []))}
+    if not failed and not words and not near:
         return
     explicit = set(config.args)
     names = {id(item): item.nodeid.partition("::")[2].lower() for item in items}
     count = {w: sum(w in name for name in names.values()) for w in words}
     unmatched = len(items) + 1  # (a list being sorted reads as empty)
 
-    def rank(item) -> tuple[bool, bool, int]:
+    def rank(item) -> tuple[bool, bool, bool, int, int]:
         name = names[id(item)]
         rarest = min((count[w] for w in words if w in name), default=unmatched)
-        return item.nodeid not in failed, item.nodeid not in explicit, rarest
+        narrow = near.get(item.nodeid, len(near))
+        return item.nodeid not in failed, item.nodeid not in explicit, narrow == len(near), rarest, narrow
 
     items.sort(key=rank)
 
