@@ -319,14 +319,21 @@ def select_tests(
             else:
                 selection.reasons.append(f"{path}:{line}: {len(runners)} tests executed the function")
     selection.by_imports = bool(fallback)
-    for path in sorted(fallback):
-        for dependent in sorted(graph.dependents(path)):
-            if PurePosixPath(dependent).name == "conftest.py":
-                directory = str(PurePosixPath(dependent).parent)
-                chosen[directory if directory != "." else "."] = None
-            elif is_test_file(dependent):
-                chosen[dependent] = None
+    chosen.update(_importers(fallback, graph, is_test_file))
     selection.tests = list({**chosen, **late})
     near.pop(COLLECTION, None)
     selection.near = sorted(near, key=lambda t: index.footprint.get(t, 0))[:MAX_NEAR]
     return selection
+
+
+def _importers(paths: set[str], graph: ImportGraph, is_test_file: Callable[[str], bool]) -> dict[str, None]:
+    """The test modules (or conftest directories) that import any of `paths` transitively."""
+    found: dict[str, None] = {}
+    for path in sorted(paths):
+        for dependent in sorted(graph.dependents(path)):
+            if PurePosixPath(dependent).name == "conftest.py":
+                directory = str(PurePosixPath(dependent).parent)
+                found[directory if directory != "." else "."] = None
+            elif is_test_file(dependent):
+                found[dependent] = None
+    return found
