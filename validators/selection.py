@@ -37,11 +37,13 @@ class CoverageIndex:
         self._by_line: dict[str, dict[int, list[str]]] = {}
         self.footprint: dict[str, int] = {}  # how many lines each test ran
         for test, files in coverage.items():
+            ran = 0
             for path, lines in files.items():
                 by_line = self._by_line.setdefault(path, {})
                 for line in lines:
                     by_line.setdefault(line, []).append(test)
-                    self.footprint[test] = self.footprint.get(test, 0) + 1
+                    ran += 1
+            self.footprint[test] = ran
 
     def tests_running(self, path: str, lines: Iterable[int]) -> dict[str, None]:
         """The tests (in map order, the collection pseudo-test included) that ran any of `lines`."""

@@ -12,6 +12,7 @@ way, a sign); then, once those are spent, pairs of the simplest mutations of the
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
 import subprocess
@@ -46,6 +47,7 @@ class MutationDrafter:
     def __init__(self, priors: Mapping[str, float] | None = None) -> None:
         self._queue = CandidateQueue(self._candidates)
         self._priors = dict(priors) if priors is not None else template_priors(shipped(), COSTS)
+        self._unknown = min(self._priors.values(), default=1.0)  # a template with no prior
 
     def draft(self, context: DraftContext, n: int) -> list[Candidate]:
         return self._queue.take(context, n)
@@ -68,13 +70,13 @@ class MutationDrafter:
                 by_path.setdefault(path, []).append(line)
         rank = {(path, line): i for i, (path, line, _) in enumerate(ranked)}
         scored = bool(context.suspicion)  # (without scores, line by line in rank order)
-        found: list[tuple[int, float, int, int, str, Mutant]] = []  # (tier, -score x prior, rank, order, ...)
+        found: list[tuple[int, float, int, str, Mutant]] = []  # (tier, -score x prior, rank, path, mutant)
         for path, at in by_path.items():
             for mutant in generate_mutants(read(path) or "", at, expected):
                 i = rank[(path, mutant.at)]
                 key = -ranked[i][2] * DECAY**i * self._prior(mutant.operator, hints)
-                found.append((0 if scored else i, key, i, len(found), path, mutant))
-        for *_, path, mutant in sorted(found, key=lambda f: f[:4]):
+                found.append((0 if scored else i, key, i, path, mutant))
+        for *_, path, mutant in sorted(found, key=lambda f: f[:3]):  # (stable: ties as made)
             yield Candidate(
                 drafter=self.name,
                 description=f"{path}:{mutant.description}",
@@ -84,8 +86,7 @@ class MutationDrafter:
         yield from self._pairs(_pool(found), read)
 
     def _prior(self, operator: str, hints: Mapping[str, float]) -> float:
-        prior = self._priors.get(operator, min(self._priors.values(), default=1.0))
-        return prior * hints.get(operator, 1.0)
+        return self._priors.get(operator, self._unknown) * hints.get(operator, 1.0)
 
     def _pairs(
         self, pool: list[tuple[int, str, Mutant]], read: Callable[[str], str | None]
@@ -135,12 +136,12 @@ def compared_strings(context: DraftContext) -> list[str]:
     return list(found)[:MAX_EXPECTED]
 
 
-def _pool(found: list[tuple[int, float, int, int, str, Mutant]]) -> list[tuple[int, str, Mutant]]:
+def _pool(found: list[tuple[int, float, int, str, Mutant]]) -> list[tuple[int, str, Mutant]]:
     """The mutants paired once single edits are spent: the simplest few (in the order they were
     made) of each of the most suspicious lines that have any."""
     pool: list[tuple[int, str, Mutant]] = []
     per_line: dict[int, int] = {}
-    for _, _, rank, _, path, mutant in sorted(found, key=lambda f: (f[2], f[3])):
+    for _, _, rank, path, mutant in sorted(found, key=lambda f: f[2]):  # (stable: as made)
         if rank not in per_line and len(per_line) >= PAIR_LINES:
             break
         per_line[rank] = per_line.get(rank, 0) + 1
@@ -225,7 +226,7 @@ def with_def_lines(
     `after` lines (or its only one), the innermost function's first: coverage never ranks a `def`
     line (it ran at import), and that is where a wrong default is, and what a forgotten `return`
     hangs on."""
-    functions: dict[str, list[tuple[int, int]] | None] = {}
+    functions: dict[str, tuple[tuple[int, int], ...] | None] = {}
     seen: dict[tuple[str, int], int] = {}  # a function's suspicious lines so far
     out: list[tuple[str, int]] = []
     pending: dict[tuple[str, int], None] = {}
@@ -245,19 +246,21 @@ def with_def_lines(
     return list(dict.fromkeys(out))
 
 
-def _functions(source: str | None) -> list[tuple[int, int]] | None:
-    """The (def line, last line) of every function in `source`."""
+@functools.lru_cache(maxsize=8)
+def _functions(source: str | None) -> tuple[tuple[int, int], ...] | None:
+    """The (def line, last line) of every function in `source` (each file parsed once per state:
+    `with_def_lines` and `ranked_lines` both ask)."""
     try:
         tree = ast.parse(source) if source is not None else None
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         tree = None
     if tree is None:
         return None
-    return [
+    return tuple(
         (n.lineno, n.end_lineno or n.lineno)
         for n in ast.walk(tree)
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-    ]
+    )
 
 
 def _lint_fixes(context: DraftContext) -> Iterator[Candidate]:

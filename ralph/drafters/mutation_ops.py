@@ -452,16 +452,6 @@ def _value_type(value: ast.expr) -> str | None:
     return _kind(_CONSTRUCTORS.get(_called(value) or "")) if isinstance(value, ast.Call) else None
 
 
-def _own_nodes_of(body: list[ast.stmt]) -> Iterator[ast.AST]:
-    """The nodes of `body`, not those of nested scopes."""
-    stack: list[ast.AST] = list(body)
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, _NESTED_SCOPES):
-            stack.extend(ast.iter_child_nodes(node))
-
-
 def _typed_targets(node: ast.AST) -> list[tuple[ast.expr, str | None]]:
     """The targets a statement binds, with the type it gives them (`x: int`, `x = []`, `for i in
     range(n)`)."""
@@ -888,7 +878,7 @@ class _Collector:
         args = scope.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             note(arg.arg, _annotated(arg.annotation))
-        for node in _own_nodes_of(scope.body):
+        for node in _own_nodes(scope):  # (the statements that give types are never in comprehensions)
             for target, kind in _typed_targets(node):
                 if isinstance(target, ast.Name):
                     note(target.id, kind, target)
