@@ -12,7 +12,7 @@ import pytest
 from ralph.domain.results import Scope
 from sandboxes.local import LocalSandbox
 from tests.conftest import write_files
-from validators.pytest_run import PytestValidator
+from validators.pytest_run import PytestValidator, gate_tests
 from validators.toolchain import Toolchain
 from validators.warm import WarmRunner, third_party_imports
 
@@ -293,3 +293,101 @@ def test_a_readied_child_reports_a_missing_test_as_pytest_does(validator):
         for _ in range(2)
     ]
     assert validator.warm.readied == 1 and codes == [4, 4]
+
+
+def test_a_run_naming_its_tests_builds_items_for_those_alone(tmp_path: Path):
+    # Each function the run builds items for is parametrized through the hook, which logs its name.
+    write_files(
+        tmp_path,
+        {
+            "tests/test_many.py": (
+                "import pytest\n\n\n"
+                "def pytest_generate_tests(metafunc):\n"
+                "    with open('built.log', 'a') as f:\n"
+                "        f.write(metafunc.function.__name__ + '\\n')\n\n\n"
+                "def test_a():\n    pass\n\n\n"
+                "def test_b():\n    pass\n\n\n"
+                "@pytest.mark.parametrize('n', [1, 2])\n"
+                "def test_p(n):\n    assert n == 1\n\n\n"
+                "class TestC:\n"
+                "    def test_x(self):\n        pass\n\n"
+                "    def test_y(self):\n        pass\n"
+            ),
+            "tests/test_other.py": "def test_o():\n    pass\n",
+        },
+    )
+    validator = PytestValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
+    log = tmp_path / "built.log"
+    named = (
+        "tests/test_many.py::test_a",
+        "tests/test_many.py::TestC::test_x",
+        "tests/test_many.py::test_p[2]",
+    )
+    result = validator.check(Scope(tests=named))
+    assert outcomes(result) == {"test_a": "passed", "test_x": "passed", "test_p[2]": "failed"}
+    assert sorted(log.read_text().split()) == ["test_a", "test_p", "test_x"]
+    # A file also named whole is collected whole (and one named only whole is untouched).
+    log.unlink()
+    result = validator.check(Scope(tests=("tests/test_many.py::test_a", "tests/test_many.py")))
+    assert len(result.tests) == 6
+    assert sorted(log.read_text().split()) == ["test_a", "test_b", "test_p", "test_x", "test_y"]
+    # So does a child the warm runner readied before it knew the tests (its second request).
+    warm = WarmRunner(validator.toolchain)
+    validator.warm = warm
+    try:
+        for _ in range(2):
+            log.unlink()
+            result = validator.check(Scope(tests=named[:2]), exitfirst=True)
+            assert outcomes(result) == {"test_a": "passed", "test_x": "passed"}
+            assert sorted(log.read_text().split()) == ["test_a", "test_x"]
+        assert warm.readied == 1
+    finally:
+        warm.close()
+
+
+def test_the_gates_worker_imports_nothing_of_the_projects_before_its_conftest(tmp_path: Path):
+    # What the conftest sees is what a fresh `python -m pytest` shows it: the project's third-party
+    # imports not yet loaded (a conftest may set them up first), pytest's own command line.
+    write_files(
+        tmp_path,
+        {
+            "lib.py": "import fractions\n",
+            "conftest.py": "import sys\n\nSEEN = 'fractions' in sys.modules\nARGV0 = sys.argv[0]\n",
+            "tests/test_fresh.py": (
+                "import conftest\n\n\n"
+                "def test_fresh():\n"
+                "    assert not conftest.SEEN\n"
+                "    assert conftest.ARGV0.endswith('pytest/__main__.py'), conftest.ARGV0\n"
+            ),
+        },
+    )
+    toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
+    gate = gate_tests(toolchain, warm=True, test_timeout_s=60)
+    candidates = PytestValidator(toolchain, warm=WarmRunner(toolchain, third_party_imports(tmp_path)))
+    try:
+        for _ in range(2):  # the worker's first child and a later one
+            assert outcomes(gate.check(Scope())) == {"test_fresh": "passed"}
+        assert gate.warm is not None and gate.warm.starts == 1
+        # (The candidates' runner has preloaded it: the gate must not be a fork of that one.)
+        assert outcomes(candidates.check(Scope())) == {"test_fresh": "failed"}
+    finally:
+        for runner in (gate.warm, candidates.warm):
+            assert runner is not None
+            runner.close()
+
+
+def test_cancel_kills_the_run_in_flight_and_starts_nothing_more(validator):
+    import threading
+    import time
+
+    results = []
+    scope = Scope(tests=("tests/test_lib.py::test_hangs",), timeout_s=60)
+    thread = threading.Thread(target=lambda: results.append(validator.check(scope)))
+    began = time.monotonic()
+    thread.start()
+    time.sleep(1.0)
+    validator.warm.cancel()
+    thread.join(30)
+    assert time.monotonic() - began < 10 and results and results[0].error is not None
+    again = validator.check(Scope(tests=("tests/test_lib.py::test_ok",)))
+    assert again.error is not None and validator.warm.starts == 1

@@ -2,8 +2,8 @@
 each provisionally accepted state.
 
 A candidate that improves on its targeted stages becomes the loop's next state at once; its gate runs
-here, in one worker thread, in the order the states were made, each in a fresh pytest process on this
-gate's own workspace (a clone of the accepted state) and sandbox. The workspace always holds the last
+here, in one worker thread, in the order the states were made, each in a fresh pytest child
+(`pytest_run.gate_tests`) on this gate's own workspace (a clone of the accepted state) and sandbox. The workspace always holds the last
 state whose gate passed: a job is that state plus one edit, kept when the gate passes and undone
 when it does not. A job built on any other state (one whose gate failed) is discarded unrun.
 
@@ -26,7 +26,7 @@ from ralph.domain.score import Observation
 from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
 from sandboxes.workspace import Workspace, empty_dir
 from validators.command import CommandValidator
-from validators.pytest_run import PytestValidator
+from validators.pytest_run import gate_tests
 from validators.stages import FORMAT_FIX, RUFF_FIX, Attempt, run_sequence
 from validators.toolchain import Toolchain
 
@@ -50,7 +50,8 @@ class BackgroundGate:
         self.verifier = verifier  # read only here: the baseline, the targets, the time limits
         self.workspace = workspace
         self.toolchain = toolchain
-        tests = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s)
+        tests = gate_tests(toolchain, verifier.warm is not None, test_timeout_s)
+        self.warm = tests.warm
         self.status = ""  # what the gate is doing now, for the loop's live line
         tests.progress = self._show
         self.steps = verifier.gate_steps(tests, CommandValidator(toolchain, checks, verifier.checks.paths))
@@ -87,11 +88,15 @@ class BackgroundGate:
             future.cancel()
         if callable(kill := getattr(self.toolchain.sandbox, "cancel", None)):
             kill()
+        if self.warm is not None:
+            self.warm.cancel()  # the run it serves gives no verdict, and nothing more starts
 
     def close(self) -> None:
         """Cancel what is left and wait for the worker to end (a killed process ends at once)."""
         self.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.warm is not None:
+            self.warm.close()
 
     def _show(self, text: str) -> None:
         self.status = f"gating #{self._running}: {text}"

@@ -2,9 +2,9 @@
 
 policy -> syntax + ruff (+ the project's format) -> the failing tests that can see the change, until
 one passes, and the failing checks, beside mypy (must improve) -> (workspace put back) mypy again,
-beside the plausibility and API checks -> the whole suite in a
-fresh process as the gate, the tests that can see the change first, stopping at the first
-regression, and every check (must improve). A test-selection miss is never accepted, and an accepted
+beside the plausibility and API checks -> the whole suite in a fresh pytest child as the gate (of
+a worker with nothing but pytest imported), stopping at the first regression, and every check
+(must improve). A test-selection miss is never accepted, and an accepted
 candidate costs one suite run and the first fixed test. `detection` (what `ralph bench verify`
 times on regressing mutants) is syntax + ruff, then the selected tests in the warm runner beside
 mypy. The steps are declared in `Verifier._steps`; validators/stages.py holds the stages and runner.
@@ -39,7 +39,7 @@ from validators.localize import scored_lines
 from validators.mypy import MypyValidator, plugin_files
 from validators.plausibility import PlausibilityValidator
 from validators.policy import check_scripts, refusal
-from validators.pytest_run import PytestValidator
+from validators.pytest_run import PytestValidator, gate_tests
 from validators.ruff import RuffValidator
 from validators.selection import (
     CoverageIndex,
@@ -119,9 +119,7 @@ class Verifier:
         self.mypy = MypyValidator(toolchain) if types else None
         self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
-        # The gate runs in a fresh process (never a fork of the warm worker a candidate's tests ran
-        # beside), on a workspace put back to exactly the accepted state plus the candidate.
-        self.gate = PytestValidator(toolchain, name="gate", test_timeout_s=test_timeout_s)
+        self.gate = gate_tests(toolchain, warm, test_timeout_s)
         self.checks = CommandValidator(toolchain, checks, check_paths)
         self.coverage: CoverageMap = {}
         self.accepted_paths: set[str] = set()  # files accepted edits changed since the coverage was measured
@@ -308,9 +306,10 @@ class Verifier:
             self._graph()  # the state put back, not inside the next candidate's verification
 
     def close(self) -> None:
-        """Stop the warm runner (and anything it still runs) and the type checker."""
-        if self.warm is not None:
-            self.warm.close()
+        """Stop the warm runners (and anything they still run) and the type checker."""
+        for runner in (self.warm, self.gate.warm):
+            if runner is not None:
+                runner.close()
         self._close_mypy()
 
     def _close_mypy(self) -> None:

@@ -171,6 +171,17 @@ class PytestValidator:
         return result
 
 
+def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float) -> PytestValidator:
+    """The gate's test runner. Never the warm worker a candidate's tests ran beside (that one has
+    imported the project's third-party modules, before any conftest could set them up): with `warm`,
+    a worker of its own that has imported pytest and its plugins alone, what `python -m pytest`
+    imports before the project's first conftest, so a fork of it runs the suite as a fresh process
+    would, less the ~0.2 s of starting Python and importing pytest (no child is readied ahead for
+    it); else a fresh process. Either way on a workspace put back to exactly the state it judges."""
+    runner = WarmRunner(toolchain) if warm else None
+    return PytestValidator(toolchain, name="gate", warm=runner, test_timeout_s=test_timeout_s)
+
+
 def _pytest_args(project: Path, exitfirst: bool) -> list[str]:
     """pytest's options: our report plugin, no cache, quiet, and every collectable module run."""
     return [

@@ -40,6 +40,7 @@ class WarmRunner:
         self._next_id = 0
         self.starts = 0
         self.readied = 0  # runs served by a child the worker had configured ahead
+        self._cancelled = False
 
     def _start(self) -> subprocess.Popen[str]:
         # The worker drops these after preloading, should a dependency have imported an installed
@@ -67,8 +68,11 @@ class WarmRunner:
     ) -> ProcessResult:
         """One run of `pytest args tests`; output is captured to a file and returned head/tail-capped.
         With `spare`, the worker then forks the next child ahead, configured for the same `args`."""
-        proc = self._worker()
-        assert proc.stdin is not None
+        proc = None if self._cancelled else self._worker()
+        if self._cancelled:  # (also when `cancel` came while the worker started: it found none)
+            self.close()
+            return ProcessResult(-9, "", 0.0, error="cancelled")
+        assert proc is not None and proc.stdin is not None
         self._next_id += 1
         with ScratchDir(self.toolchain.scratch, "ralph-warm-") as tmp:
             request = self._request(args, tests, env, timeout_s, spare, Path(tmp.path) / "output")
@@ -148,9 +152,15 @@ class WarmRunner:
                 pass
 
     def close(self) -> None:
-        if self._proc is not None:
-            kill_group(self._proc)
+        if (proc := self._proc) is not None:
             self._proc = None
+            kill_group(proc)
+
+    def cancel(self) -> None:
+        """From another thread: kill the worker (and the run it serves: that run gives no verdict)
+        and start nothing more."""
+        self._cancelled = True
+        self.close()
 
 
 def _exchange(proc: subprocess.Popen[str], request: dict[str, Any], timeout_s: float) -> str | None:
@@ -206,7 +216,7 @@ def spare_safe(project: Path, limit: int = 20000) -> bool:
     Conftest files load while configuring, but no candidate may edit one (`policy.config_edits`), so
     the readied child loads the same; the worker still refuses one whose configuring imported a
     project file. What a conftest reads otherwise is not watched, and need not be: a readied child
-    serves only the targeted stages, which the gate's fresh process re-judges before anything is
+    serves only the targeted stages, which the gate (a child of its own pytest-only worker) re-judges before anything is
     committed. (tomlkit and boltons have a `tests/conftest.py`: no child was readied for them, ~70 ms
     of configuring a candidate.)"""
     settings = PYTEST_CONFIG_FILES - {"conftest.py"}

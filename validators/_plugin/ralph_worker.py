@@ -163,6 +163,8 @@ def _redirect_output(fd: int) -> None:
 def _enter(request: dict) -> None:
     os.chdir(request["cwd"])
     sys.path[:0] = [p for p in request.get("path", []) if p not in sys.path]
+    # As `python -m pytest ARGS` has it (a test may read it): not the worker's own command line.
+    sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
 
 
 # Preloaded plugins cannot have their asserts rewritten; pytest warns, and a suite that turns
