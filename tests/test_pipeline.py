@@ -329,3 +329,49 @@ def test_a_fix_of_a_type_error_alone_is_progress(verifier):
         candidate(ws, "report.py", "'area ' + area(2, 3)", "'area ' + str(area(2, 3))"), state, ws.restore
     )
     assert fixed.accepted, fixed.reason
+
+
+# A function every test enters, one line of which only the first few tests run; 40 tests in two
+# modules, so a selection is large enough for two rounds. Six of them also run `twice`: they ran
+# more lines, so they come last among the tests that ran a line of `calc`.
+ROUNDS = {
+    "calc.py": (
+        "def calc(x):\n"
+        "    if x < 0:\n"
+        "        return -x\n"
+        "    return x\n\n\n"
+        "def twice(x):\n"
+        "    return 2 * calc(x)\n"
+    ),
+    "tests/test_neg.py": (
+        "from calc import calc\n\n\n"
+        + "".join(f"def test_neg_{i}():\n    assert calc(-{i + 1}) == {i + 1}\n\n\n" for i in range(4))
+    ),
+    "tests/test_pos.py": (
+        "from calc import calc, twice\n\n\n"
+        + "".join(f"def test_pos_{i}():\n    assert calc({i}) == {i}\n\n\n" for i in range(30))
+        + "".join(
+            f"def test_big_{i}():\n    assert twice({100 + i}) == {200 + 2 * i}\n\n\n" for i in range(6)
+        )
+    ),
+}
+
+
+def test_a_large_selection_fails_in_its_first_round_or_runs_the_rest_in_a_second(verifier):
+    v, ws, state = verifier(ROUNDS)
+    # Broken on the line only test_neg ran: its four tests, the first round, show it alone.
+    cand = candidate(ws, "calc.py", "return -x", "return x")
+    assert v.first_round(v.selection(cand)) == tuple(f"tests/test_neg.py::test_neg_{i}" for i in range(4))
+    broken = v.detect(cand, state)
+    tests = next(s for s in broken.stages if s.stage == "tests")
+    assert broken.failed_stage == "tests"
+    assert {t.nodeid.split("::")[0] for t in tests.tests} == {"tests/test_neg.py"}
+    ws.revert(cand.changes)
+    # Broken on a line every test ran, for the positive numbers only: the first round passes and
+    # the second finds it.
+    cand = candidate(ws, "calc.py", "    return x\n", "    return x if x < 100 else 0\n")
+    late = v.detect(cand, state)
+    tests = next(s for s in late.stages if s.stage == "tests")
+    assert late.failed_stage == "tests" and "after a first round" in tests.detail
+    assert [t.nodeid.split("::")[1] for t in tests.tests if t.failing] == ["test_big_0"]
+    assert sum(not t.failing for t in tests.tests) >= 16

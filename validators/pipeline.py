@@ -74,6 +74,17 @@ from validators.syntax import SyntaxValidator
 from validators.toolchain import Toolchain
 from validators.warm import WarmRunner, third_party_imports
 
+# Tests in the first round of a large fail-fast selection (see `Verifier.run_selected`).
+FIRST_ROUND = 16
+
+
+def _after(first: StageResult, rest: StageResult) -> StageResult:
+    """A second round's result, with the first round's passing tests and time before it."""
+    rest.tests = [*first.tests, *rest.tests]
+    rest.duration_ms += first.duration_ms
+    rest.detail += f" (after a first round of {len(first.tests)} passing)"
+    return rest
+
 
 class Verifier:
     """Runs the baseline once, then verifies candidates against the current accepted state."""
@@ -505,12 +516,38 @@ class Verifier:
         return selection
 
     def run_selected(self, selection: Selection) -> StageResult:
-        """The tests that can see the change, failing fast, recent failures first (warm)."""
+        """The tests that can see the change, failing fast, recent failures first (warm). A large
+        selection runs in two rounds: the tests likeliest to fail first (`first_round`), alone, and
+        only when they all pass, the rest: a broken candidate usually fails in the first, whose run
+        collects a module or two instead of every module the selection reaches."""
         if not selection.tests and not selection.everything:
             return StageResult(
                 "tests", ok=True, duration_ms=0.0, skipped=True, detail="no test can see the change"
             )
         tests = None if selection.everything else tuple(selection.tests)
+        first = self.first_round(selection)
+        if first:
+            result = self._fail_fast(first, selection)
+            if result.error is None and not any(t.failing for t in result.tests):
+                ran = set(first)
+                rest = self._fail_fast(tuple(t for t in selection.tests if t not in ran), selection)
+                result = _after(result, rest)
+        else:
+            result = self._fail_fast(tests, selection)
+        count = len(selection.tests) if tests else "all"
+        result.detail += f" ({count} selected: " + "; ".join(selection.reasons[:5]) + ")"
+        return result
+
+    def first_round(self, selection: Selection) -> tuple[str, ...]:
+        """For a selection of more than 2 x FIRST_ROUND tests: the recent failures it holds and the
+        tests that ran a changed line, narrowest first, FIRST_ROUND at most; else none (one round)."""
+        if selection.everything or len(selection.tests) <= 2 * FIRST_ROUND or not selection.near:
+            return ()
+        chosen = set(selection.tests)
+        recent = [t for t in self.recent_failures.first(self.durations) if t in chosen]
+        return tuple(dict.fromkeys([*recent, *selection.near]))[:FIRST_ROUND]
+
+    def _fail_fast(self, tests: tuple[str, ...] | None, selection: Selection) -> StageResult:
         result = self.tests.check(
             Scope(tests=tests, timeout_s=self.quick_timeout_s),
             exitfirst=True,
@@ -519,8 +556,6 @@ class Verifier:
             near=selection.near,
         )
         self.recent_failures.saw(result.tests)
-        count = len(selection.tests) if tests else "all"
-        result.detail += f" ({count} selected: " + "; ".join(selection.reasons[:5]) + ")"
         return result
 
     def _index(self) -> CoverageIndex:
