@@ -391,3 +391,25 @@ def test_cancel_kills_the_run_in_flight_and_starts_nothing_more(validator):
     assert time.monotonic() - began < 10 and results and results[0].error is not None
     again = validator.check(Scope(tests=("tests/test_lib.py::test_ok",)))
     assert again.error is not None and validator.warm.starts == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "safe"),
+    [
+        ("pyproject.toml", "[project]\nname = 'sample'\n", True),  # a TOML sample (tomlkit's corpus)
+        ("pyproject.toml", "[tool.black]\nline-length = 88\n", True),
+        ("pyproject.toml", "[tool.pytest.ini_options]\naddopts = '-x'\n", False),
+        ("pyproject.toml", "[tool.pytest]\naddopts = ['-x']\n", False),
+        ("pyproject.toml", "not = [toml\n", False),  # unreadable: taken as settings
+        ("setup.cfg", "[metadata]\nname = x\n", True),
+        ("setup.cfg", "[tool:pytest]\naddopts = -x\n", False),
+        ("tox.ini", "[tox]\nenvlist = py311\n", True),
+        ("tox.ini", "[pytest]\naddopts = -x\n", False),
+        ("pytest.ini", "", False),
+    ],
+)
+def test_a_child_is_readied_ahead_unless_nested_files_hold_pytest_settings(tmp_path, name, text, safe):
+    from validators.warm import spare_safe
+
+    write_files(tmp_path, {"pyproject.toml": "[tool.pytest.ini_options]\n", f"tests/data/{name}": text})
+    assert spare_safe(tmp_path) is safe

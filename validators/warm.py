@@ -13,6 +13,7 @@ import os
 import stat
 import subprocess
 import time
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -213,22 +214,47 @@ def _open_output(dir_fd: int) -> IO[bytes] | None:
 def spare_safe(project: Path, limit: int = 20000) -> bool:
     """Whether a test child configured before the candidate is written behaves as one started after
     it: no pytest settings below the project root (found from the tests' paths, unknown in advance).
-    Conftest files load while configuring, but no candidate may edit one (`policy.config_edits`), so
-    the readied child loads the same; the worker still refuses one whose configuring imported a
+    A file of a settings name that holds none (tomlkit's `tests/examples/pyproject.toml`, a TOML
+    sample) is not one: pytest passes over it, and no candidate may add settings to it
+    (`policy.config_edits`). Conftest files load while configuring, but no candidate may edit one,
+    so the readied child loads the same; the worker still refuses one whose configuring imported a
     project file. What a conftest reads otherwise is not watched, and need not be: a readied child
-    serves only the targeted stages, which the gate (a child of its own pytest-only worker) re-judges before anything is
-    committed. (tomlkit and boltons have a `tests/conftest.py`: no child was readied for them, ~70 ms
-    of configuring a candidate.)"""
+    serves only the targeted stages, which the gate (a child of its own pytest-only worker)
+    re-judges before anything is committed."""
     settings = PYTEST_CONFIG_FILES - {"conftest.py"}
     seen = 0
     for directory, dirs, files in os.walk(project):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
-        if Path(directory) != project and settings & set(files):
+        if Path(directory) != project and any(
+            pytest_settings(Path(directory, f)) for f in settings & set(files)
+        ):
             return False
         seen += len(files)
         if seen > limit:
             return False
     return True
+
+
+# The sections pytest reads its settings from, by file (pytest.ini and pytest.toml: the whole file).
+_INI_SECTIONS = {"tox.ini": ("[pytest]",), "setup.cfg": ("[tool:pytest]", "[pytest]")}
+
+
+def pytest_settings(path: Path) -> bool:
+    """Whether pytest would take its settings from this file (a file it cannot read: yes)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return True
+    if path.name == "pyproject.toml":
+        try:
+            tool = tomllib.loads(text).get("tool", {})
+        except tomllib.TOMLDecodeError:
+            return True
+        return not isinstance(tool, dict) or "pytest" in tool
+    sections = _INI_SECTIONS.get(path.name)
+    if sections is None:
+        return True
+    return any(line.strip().lower() in sections for line in text.splitlines())
 
 
 def project_modules(project: Path) -> set[str]:
