@@ -206,6 +206,34 @@ def test_a_child_is_readied_ahead_where_a_conftest_loads_no_project_code(validat
     assert validator.warm.readied == 1
 
 
+@pytest.mark.parametrize(
+    ("package", "readied"),
+    [("tests", 1), ("testkit", 0)],  # a protected test package; an editable one pytest loads early
+)
+def test_a_conftests_package_taints_a_readied_child_unless_no_candidate_may_edit_it(
+    project, package, readied
+):
+    """Importing `tests.conftest` imports the `tests` package first (tomlkit's): its `__init__.py`,
+    under the protected test files, configures the child as a fresh run would. `testkit` is the
+    project's own, editable code, whose conftest pytest loads while configuring (as it loads every
+    `test*/conftest.py`): a child it configured is not used."""
+    from ralph.domain.candidate import PROTECTED_TESTS
+    from validators.warm import candidates_runner
+
+    write_files(project, {f"{package}/__init__.py": "", f"{package}/conftest.py": "import pytest\n"})
+    toolchain = Toolchain(sys.executable, LocalSandbox(), project)
+    runner = candidates_runner(toolchain, PROTECTED_TESTS)
+    validator = PytestValidator(toolchain, warm=runner)
+    try:
+        quick = Scope(tests=("tests/test_lib.py::test_ok",))
+        validator.check(quick, exitfirst=True)
+        _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
+        assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
+        assert runner.readied == readied
+    finally:
+        runner.close()
+
+
 def test_a_readied_child_that_configuring_tainted_is_never_used(validator, project):
     # No conftest, but the settings load a plugin from the project: caught by the spare itself.
     write_files(

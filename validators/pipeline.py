@@ -72,7 +72,7 @@ from validators.stages import (
 )
 from validators.syntax import SyntaxValidator
 from validators.toolchain import Toolchain
-from validators.warm import WarmRunner, third_party_imports
+from validators.warm import candidates_runner
 
 # Tests in the first round of a large fail-fast selection (see `Verifier.run_selected`).
 FIRST_ROUND = 16
@@ -128,7 +128,7 @@ class Verifier:
         formats = formats_with_ruff(toolchain.project, checks) if formatting else None
         self.format = FormatValidator(toolchain, self.ruff.binary, formats)
         self.mypy = MypyValidator(toolchain) if types else None
-        self.warm = WarmRunner(toolchain, third_party_imports(toolchain.project)) if warm else None
+        self.warm = candidates_runner(toolchain, protected) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
         self.gate = gate_tests(toolchain, warm, test_timeout_s)
         self.checks = CommandValidator(toolchain, checks, check_paths)

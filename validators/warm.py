@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ralph.domain.candidate import is_protected
 from ralph.domain.results import ProcessResult
 from sandboxes.local import ScratchDir, child_env, kill_group, read_capped, read_line
 from validators.policy import PYTEST_CONFIG_FILES
@@ -34,9 +35,12 @@ _NEVER_PRELOAD = frozenset({"antigravity", "this", "tkinter", "turtle", "idlelib
 class WarmRunner:
     """Runs `pytest.main(args)` in a fork of a warm worker; falls back to nothing: callers decide."""
 
-    def __init__(self, toolchain: Toolchain, preload: Sequence[str] = ()) -> None:
+    def __init__(self, toolchain: Toolchain, preload: Sequence[str] = (), fixed: Sequence[str] = ()) -> None:
         self.toolchain = toolchain
         self.preload = list(preload)
+        # Project files besides conftests that a readied child may import while configuring, none of
+        # which a candidate may edit (`fixed_package_files`).
+        self.fixed = list(fixed)
         self._proc: subprocess.Popen[str] | None = None
         self._next_id = 0
         self.starts = 0
@@ -50,6 +54,8 @@ class WarmRunner:
         spare = "1" if spare_safe(self.toolchain.project) else "0"
         cap = os.environ.get("RALPH_DISK_CAP") or str(DISK_CAP)
         settings = {"RALPH_OWN_MODULES": own, "RALPH_SPARE": spare, "RALPH_DISK_CAP": cap}
+        if self.fixed:
+            settings["RALPH_FIXED"] = json.dumps(self.fixed)
         env = child_env(self.toolchain.python_env(settings))
         # The worker, and every test it forks, runs inside the sandbox.
         proc = self.toolchain.start_resident([self.toolchain.python, str(WORKER), *self.preload], env)
@@ -255,6 +261,34 @@ def pytest_settings(path: Path) -> bool:
     if sections is None:
         return True
     return any(line.strip().lower() in sections for line in text.splitlines())
+
+
+def candidates_runner(toolchain: Toolchain, protected: Sequence[str]) -> WarmRunner:
+    """The warm runner of the candidates' targeted stages: the project's third-party imports
+    preloaded, and the files configuring may import that no candidate may edit."""
+    project = toolchain.project
+    return WarmRunner(toolchain, third_party_imports(project), fixed_package_files(project, protected))
+
+
+def fixed_package_files(project: Path, protected: Sequence[str], limit: int = 20000) -> list[str]:
+    """The `__init__.py` files of the packages that hold a conftest (importing `tests.conftest`
+    imports `tests` first: tomlkit's), when `protected` keeps every candidate from editing them;
+    root-relative. A package of the project's own code (`pkg/conftest.py` beside `pkg/__init__.py`)
+    is editable, so a child whose configuring imported it is never used."""
+    found: set[str] = set()
+    seen = 0
+    for directory, dirs, files in os.walk(project):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
+        seen += len(files)
+        if seen > limit:
+            break
+        if "conftest.py" not in files:
+            continue
+        folder = Path(directory)
+        while folder != project and (folder / "__init__.py").is_file():
+            found.add((folder / "__init__.py").relative_to(project).as_posix())
+            folder = folder.parent
+    return sorted(f for f in found if is_protected(f, tuple(protected)))
 
 
 def project_modules(project: Path) -> set[str]:

@@ -163,8 +163,21 @@ def _redirect_output(fd: int) -> None:
 def _enter(request: dict) -> None:
     os.chdir(request["cwd"])
     sys.path[:0] = [p for p in request.get("path", []) if p not in sys.path]
-    # As `python -m pytest ARGS` has it (a test may read it): not the worker's own command line.
-    sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
+    _as_python_m_pytest(request["args"])
+
+
+def _as_python_m_pytest(args: list) -> None:
+    """What a test may read of how it was started, as `python -m pytest ARGS` has it, not the
+    worker's: the command line and the `__main__` module (multiprocessing's spawn reads its spec)."""
+    import importlib.util
+    import types
+
+    spec = importlib.util.find_spec("pytest.__main__")
+    main = types.ModuleType("__main__")
+    main.__file__ = spec.origin if spec is not None else None
+    main.__spec__, main.__package__ = spec, "pytest"
+    sys.modules["__main__"] = main
+    sys.argv = [main.__file__ or "pytest", *args]
 
 
 # Preloaded plugins cannot have their asserts rewritten; pytest warns, and a suite that turns
@@ -300,14 +313,22 @@ class _Waiter:
         self.request: dict | None = None
         # The project as its modules' paths may spell it: as given, and with links resolved.
         self.roots = tuple({os.path.abspath(cwd) + os.sep, os.path.realpath(cwd) + os.sep})
+        # Root-relative files besides conftests that no candidate may edit (the packages that hold
+        # a conftest, when the host says they are protected).
+        self.fixed = frozenset(json.loads(os.environ.get("RALPH_FIXED") or "[]"))
+
+    def _tainting(self, file: str) -> bool:
+        """Whether a module imported from `file` may predate the candidate: a project file that is
+        neither a conftest nor one of the fixed files (a conftest is no candidate's to edit)."""
+        root = next((r for r in self.roots if file.startswith(r)), None)
+        if root is None or os.path.basename(file) == "conftest.py":
+            return False
+        return file[len(root) :].replace(os.sep, "/") not in self.fixed
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session) -> None:
-        # (A conftest is no candidate's to edit: its loading taints nothing.)
-        tainted = any(
-            file.startswith(self.roots) and os.path.basename(file) != "conftest.py"
-            for file in (getattr(module, "__file__", None) or "" for module in list(sys.modules.values()))
-        )
+        files = (getattr(module, "__file__", None) or "" for module in list(sys.modules.values()))
+        tainted = any(self._tainting(file) for file in files)
         os.write(self.status_write, b"tainted" if tainted else b"ready")
         os.close(self.status_write)
         if tainted:  # configuring imported the project: what it imported predates the candidate
