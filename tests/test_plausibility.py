@@ -130,3 +130,17 @@ def test_a_parameter_other_functions_leave_unused_too_is_an_interfaces(tmp_path)
     )
     fix = FileChange("m.py", codecs, codecs.replace("return decodeFun(data)", "return data[1:]"))
     assert checker.start([fix])().ok
+
+
+def test_a_variable_already_unused_on_a_line_the_edit_left_is_the_projects_own(tmp_path):
+    """boltons' `get_path` binds `except TypeError as exc` and never reads it: the true fix of a
+    mutant elsewhere in that function did not make it unused. One the edit makes unused is."""
+    checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    before = (
+        "def get(cur, seg):\n    try:\n        return cur[seg + 1]\n"
+        "    except TypeError as exc:\n        return None\n"
+    )
+    assert checker.start([FileChange("m.py", before, before.replace("seg + 1", "seg"))])().ok
+    used = "def get(cur, seg):\n    total = seg + 1\n    return cur[total]\n"
+    result = checker.start([FileChange("m.py", used, used.replace("cur[total]", "cur[seg]"))])()
+    assert not result.ok and "variable `total` becomes unused" in result.detail
