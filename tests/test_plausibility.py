@@ -144,3 +144,14 @@ def test_a_variable_already_unused_on_a_line_the_edit_left_is_the_projects_own(t
     used = "def get(cur, seg):\n    total = seg + 1\n    return cur[total]\n"
     result = checker.start([FileChange("m.py", used, used.replace("cur[total]", "cur[seg]"))])()
     assert not result.ok and "variable `total` becomes unused" in result.detail
+
+
+def test_catch_all_parameters_already_unused_are_the_projects_own(tmp_path):
+    """pyasn1's `plug(self, *args, **kw)` absorbs any call and raises: the true fix of a mutant in
+    the function around it left them as they were."""
+    checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin())
+    before = (
+        "def make(name, skip):\n    def plug(*args, **kw):\n        raise TypeError(name)\n\n"
+        "    return None if name not in skip else plug\n"
+    )
+    assert checker.start([FileChange("m.py", before, before.replace("not in", "in"))])().ok

@@ -28,7 +28,8 @@ RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
 # method's unused parameter (an interface: pyasn1's `decodeFun`, `state`), or a function's unused
 # parameter whose name other functions of the module take too (a family of callbacks: tabulate's
 # `colwidths`), or a variable it already left unused (boltons' `get_path` binds `except TypeError as
-# exc` and never reads that binding: its true fix was rejected for it). A parameter that another function of the module leaves unused too is an interface's,
+# exc` and never reads that binding: its true fix was rejected for it), or a `*args`/`**kw` it already
+# left unused (pyasn1's `plug(self, *args, **kw)` absorbs any call and raises). A parameter that another function of the module leaves unused too is an interface's,
 # new or not (a fix of pyasn1 that stops using `decodeFun` again, as its siblings do). Measured: 12
 # of 60 true fixes of pyflakes, tabulate and pyasn1 were rejected for them. A function's parameter
 # no other takes stays a finding, unused before or not: the bug that made `clamp`'s `high` unused is
@@ -171,6 +172,7 @@ class _Own:
         self.tail_from = len(new_lines) - tail  # rows after this one lie after the edit
         self.shift = len(new_lines) - len(old_lines)
         self._shared: set[str] | None = None
+        self._variadic: set[str] | None = None
         self.ignored: dict[str, int] = {}  # how many functions of the new text leave each name unused
 
     def _old_row(self, row: int) -> int | None:
@@ -187,24 +189,39 @@ class _Own:
             return False  # the edit's own
         if code in _STRUCTURAL or code == "ARG002" or code == "F841":
             return True  # (a variable already unused there did not become unused)
-        return code == "ARG001" and name in self.shared
+        return code == "ARG001" and (name in self.shared or name in self.variadic)
+
+    @property
+    def variadic(self) -> set[str]:
+        """The names of `*args` and `**kw` parameters in the module: one that absorbs whatever it is
+        called with is often unused by design (pyasn1's `plug(self, *args, **kw)`, which raises)."""
+        self._parameters()
+        assert self._variadic is not None
+        return self._variadic
 
     @property
     def shared(self) -> set[str]:
         """Parameter names that two or more functions of the module take."""
-        if self._shared is None:
-            counts: dict[str, int] = {}
-            try:
-                tree = ast.parse(self._after)
-            except (SyntaxError, ValueError):
-                tree = ast.Module(body=[], type_ignores=[])
-            for node in ast.walk(tree):
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                    args = node.args
-                    for arg in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}:
-                        counts[arg] = counts.get(arg, 0) + 1
-            self._shared = {name for name, n in counts.items() if n > 1}
+        self._parameters()
+        assert self._shared is not None
         return self._shared
+
+    def _parameters(self) -> None:
+        if self._shared is not None:
+            return
+        counts: dict[str, int] = {}
+        self._variadic = set()
+        try:
+            tree = ast.parse(self._after)
+        except (SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                for arg in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}:
+                    counts[arg] = counts.get(arg, 0) + 1
+                self._variadic |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+        self._shared = {name for name, n in counts.items() if n > 1}
 
 
 def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
