@@ -378,7 +378,7 @@ def test_killing_a_wrapped_process_kills_the_whole_sandbox(workspace: Path) -> N
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-    deadline = time.monotonic() + 5  # --die-with-parent: the kernel tears the namespace down on its own
+    deadline = time.monotonic() + 15  # --die-with-parent: the kernel tears the namespace down on its own
     while host_processes_with(token) and time.monotonic() < deadline:
         time.sleep(0.02)
     box.close()

@@ -359,6 +359,14 @@ def test_a_run_naming_its_tests_builds_items_for_those_alone(tmp_path: Path):
     result = validator.check(Scope(tests=("tests/test_many.py::test_a", "tests/test_many.py")))
     assert len(result.tests) == 6
     assert sorted(log.read_text().split()) == ["test_a", "test_b", "test_p", "test_x", "test_y"]
+    # So is a file under a directory named, and all of a class named by its id.
+    for whole in (".", "tests"):
+        log.unlink()
+        result = validator.check(Scope(tests=("tests/test_many.py::test_a", whole)))
+        assert len(result.tests) == 7 and result.error is None, result.detail
+    log.unlink()
+    result = validator.check(Scope(tests=("tests/test_many.py::TestC",)))
+    assert outcomes(result) == {"test_x": "passed", "test_y": "passed"}
     # So does a child the warm runner readied before it knew the tests (its second request).
     warm = WarmRunner(validator.toolchain)
     validator.warm = warm
@@ -433,6 +441,7 @@ def test_cancel_kills_the_run_in_flight_and_starts_nothing_more(validator):
         ("setup.cfg", "[tool:pytest]\naddopts = -x\n", False),
         ("tox.ini", "[tox]\nenvlist = py311\n", True),
         ("tox.ini", "[pytest]\naddopts = -x\n", False),
+        ("tox.ini", "[pytest] # ours\naddopts = -x\n", False),
         ("pytest.ini", "", False),
     ],
 )
@@ -441,3 +450,45 @@ def test_a_child_is_readied_ahead_unless_nested_files_hold_pytest_settings(tmp_p
 
     write_files(tmp_path, {"pyproject.toml": "[tool.pytest.ini_options]\n", f"tests/data/{name}": text})
     assert spare_safe(tmp_path) is safe
+
+
+def test_with_no_settings_at_the_root_a_nested_pyproject_above_tests_counts(tmp_path):
+    """pytest 8.1 on takes the first `pyproject.toml` above the tests when no file holds settings:
+    a settings-less one matters then, where Python files lie below it."""
+    from validators.warm import spare_safe
+
+    write_files(tmp_path, {"pyproject.toml": "[project]\nname = 'x'\n", "tests/data/pyproject.toml": ""})
+    assert spare_safe(tmp_path)
+    write_files(tmp_path, {"tests/data/test_more.py": "def test_it():\n    pass\n"})
+    assert not spare_safe(tmp_path)
+
+
+def test_neither_worker_imports_the_projects_own_pytest_plugin_ahead(tmp_path: Path):
+    """An editable install's plugin is the workspace's code: imported by the worker, it would run as
+    the workspace was when the worker started (a candidate's state perhaps), with effects no child
+    undoes. The gate's worker imports no installed plugin ahead at all: each child loads them as a
+    fresh run does."""
+    marker = tmp_path.parent / f"{tmp_path.name}-imports.log"
+    write_files(
+        tmp_path,
+        {
+            "fakeplug.py": f"import os\n\nwith open({str(marker)!r}, 'a') as f:\n    f.write('x\\n')\n",
+            "fakeplug-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: fakeplug\nVersion: 1.0\n",
+            "fakeplug-1.0.dist-info/entry_points.txt": "[pytest11]\nfakeplug = fakeplug\n",
+            "tests/test_it.py": "import sys\n\n\ndef test_loaded():\n    assert 'fakeplug' in sys.modules\n",
+        },
+    )
+    toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
+    gate = gate_tests(toolchain, warm=True, test_timeout_s=60)
+    candidates = PytestValidator(toolchain, warm=WarmRunner(toolchain, third_party_imports(tmp_path)))
+    try:
+        for validator in (gate, candidates):
+            marker.unlink(missing_ok=True)
+            for _ in range(2):
+                assert outcomes(validator.check(Scope())) == {"test_loaded": "passed"}
+            assert marker.read_text().count("x") == 2  # once in each child, never in the worker
+    finally:
+        for runner in (gate.warm, candidates.warm):
+            assert runner is not None
+            runner.close()
+        marker.unlink(missing_ok=True)

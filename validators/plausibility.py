@@ -172,7 +172,7 @@ class _Own:
         self.tail_from = len(new_lines) - tail  # rows after this one lie after the edit
         self.shift = len(new_lines) - len(old_lines)
         self._shared: set[str] | None = None
-        self._variadic: set[str] | None = None
+        self._variadic: set[tuple[str, int]] | None = None
         self.ignored: dict[str, int] = {}  # how many functions of the new text leave each name unused
 
     def _old_row(self, row: int) -> int | None:
@@ -189,12 +189,13 @@ class _Own:
             return False  # the edit's own
         if code in _STRUCTURAL or code == "ARG002" or code == "F841":
             return True  # (a variable already unused there did not become unused)
-        return code == "ARG001" and (name in self.shared or name in self.variadic)
+        return code == "ARG001" and (name in self.shared or (name, row) in self.variadic)
 
     @property
-    def variadic(self) -> set[str]:
-        """The names of `*args` and `**kw` parameters in the module: one that absorbs whatever it is
-        called with is often unused by design (pyasn1's `plug(self, *args, **kw)`, which raises)."""
+    def variadic(self) -> set[tuple[str, int]]:
+        """The `*args` and `**kw` parameters of the module's functions (name, line): one that
+        absorbs whatever it is called with is often unused by design (pyasn1's `plug(self, *args,
+        **kw)`, which raises)."""
         self._parameters()
         assert self._variadic is not None
         return self._variadic
@@ -220,7 +221,7 @@ class _Own:
                 args = node.args
                 for arg in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}:
                     counts[arg] = counts.get(arg, 0) + 1
-                self._variadic |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+                self._variadic |= {(a.arg, a.lineno) for a in (args.vararg, args.kwarg) if a is not None}
         self._shared = {name for name, n in counts.items() if n > 1}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ralph.domain.errors import RalphError
 from ralph.domain.results import ProcessResult, Scope, StageResult, TestResult
+from ralph.domain.score import is_under
 from sandboxes.local import ScratchDir
 from validators.selection import CoverageMap
 from validators.toolchain import Toolchain, project_relative
@@ -111,7 +112,8 @@ class PytestValidator:
         count as errors."""
         reported = {t.nodeid for t in tests}
         for nodeid in () if stopped_early else scope.tests or ():
-            if nodeid not in reported and not any(r.startswith(nodeid + "::") for r in reported):
+            # (a test id, a file, or a directory: `.` or a conftest's, from the import graph)
+            if nodeid not in reported and not any(nodeid == "." or is_under(r, nodeid) for r in reported):
                 reason = error or "not run: the test was not collected (an import or collection error?)"
                 tests.append(TestResult(nodeid, "error", message=reason))
         if error is None and run.returncode == _NO_TESTS and scope.tests is None:
@@ -174,11 +176,13 @@ class PytestValidator:
 def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float) -> PytestValidator:
     """The gate's test runner. Never the warm worker a candidate's tests ran beside (that one has
     imported the project's third-party modules, before any conftest could set them up): with `warm`,
-    a worker of its own that has imported pytest and its plugins alone, what `python -m pytest`
-    imports before the project's first conftest, so a fork of it runs the suite as a fresh process
-    would, less the ~0.2 s of starting Python and importing pytest (no child is readied ahead for
-    it); else a fresh process. Either way on a workspace put back to exactly the state it judges."""
-    runner = WarmRunner(toolchain) if warm else None
+    a worker of its own that has imported pytest and its builtin plugins alone, what `python -m
+    pytest` imports before it reads the project's settings (installed plugins load in each child, as
+    in a fresh run, so `-p no:NAME` and the project's own plugin are as there), so a fork of it runs
+    the suite as a fresh process would, less the ~0.2 s of starting Python and importing pytest (no
+    child is readied ahead for it); else a fresh process. Either way on a workspace put back to
+    exactly the state it judges."""
+    runner = WarmRunner(toolchain, plugins=False) if warm else None
     return PytestValidator(toolchain, name="gate", warm=runner, test_timeout_s=test_timeout_s)
 
 

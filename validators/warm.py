@@ -35,9 +35,17 @@ _NEVER_PRELOAD = frozenset({"antigravity", "this", "tkinter", "turtle", "idlelib
 class WarmRunner:
     """Runs `pytest.main(args)` in a fork of a warm worker; falls back to nothing: callers decide."""
 
-    def __init__(self, toolchain: Toolchain, preload: Sequence[str] = (), fixed: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        toolchain: Toolchain,
+        preload: Sequence[str] = (),
+        fixed: Sequence[str] = (),
+        *,
+        plugins: bool = True,
+    ) -> None:
         self.toolchain = toolchain
         self.preload = list(preload)
+        self.plugins = plugins  # whether the worker imports pytest's installed plugins ahead too
         # Project files besides conftests that a readied child may import while configuring, none of
         # which a candidate may edit (`fixed_package_files`).
         self.fixed = list(fixed)
@@ -56,6 +64,8 @@ class WarmRunner:
         settings = {"RALPH_OWN_MODULES": own, "RALPH_SPARE": spare, "RALPH_DISK_CAP": cap}
         if self.fixed:
             settings["RALPH_FIXED"] = json.dumps(self.fixed)
+        if not self.plugins:
+            settings["RALPH_PRELOAD_PLUGINS"] = "0"
         env = child_env(self.toolchain.python_env(settings))
         # The worker, and every test it forks, runs inside the sandbox.
         proc = self.toolchain.start_resident([self.toolchain.python, str(WORKER), *self.preload], env)
@@ -108,9 +118,10 @@ class WarmRunner:
 
     def _worker(self) -> subprocess.Popen[str]:
         """The running worker, started afresh when there is none or it has exited."""
-        if self._proc is None or self._proc.poll() is not None:
-            self._proc = self._start()
-        return self._proc
+        proc = self._proc  # (`cancel` may clear it from another thread)
+        if proc is None or proc.poll() is not None:
+            proc = self._proc = self._start()
+        return proc
 
     def _drop(self, proc: subprocess.Popen[str]) -> None:
         """Kill a worker that can no longer be trusted, so the next request starts a new one."""
@@ -228,17 +239,26 @@ def spare_safe(project: Path, limit: int = 20000) -> bool:
     serves only the targeted stages, which the gate (a child of its own pytest-only worker)
     re-judges before anything is committed."""
     settings = PYTEST_CONFIG_FILES - {"conftest.py"}
+    # With no settings at the root, pytest (8.1 on) takes the first `pyproject.toml` above the tests
+    # as its configuration file, settings or none: then a nested one decides where tests lie below.
+    bare = not any(pytest_settings(project / f) for f in settings if (project / f).is_file())
     seen = 0
     for directory, dirs, files in os.walk(project):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
-        if Path(directory) != project and any(
-            pytest_settings(Path(directory, f)) for f in settings & set(files)
-        ):
+        here = Path(directory)
+        if here != project and any(pytest_settings(here / f) for f in settings & set(files)):
+            return False
+        if here != project and bare and "pyproject.toml" in files and _holds_python(here):
             return False
         seen += len(files)
         if seen > limit:
             return False
     return True
+
+
+def _holds_python(folder: Path) -> bool:
+    """Whether any Python file lies in or below `folder` (where tests could be)."""
+    return next(iter(folder.rglob("*.py")), None) is not None
 
 
 # The sections pytest reads its settings from, by file (pytest.ini and pytest.toml: the whole file).
@@ -260,7 +280,9 @@ def pytest_settings(path: Path) -> bool:
     sections = _INI_SECTIONS.get(path.name)
     if sections is None:
         return True
-    return any(line.strip().lower() in sections for line in text.splitlines())
+    # (a header may carry a comment: `[pytest] # ours`)
+    heads = (line.split("#", 1)[0].split(";", 1)[0].strip().lower() for line in text.splitlines())
+    return any(head in sections for head in heads)
 
 
 def candidates_runner(toolchain: Toolchain, protected: Sequence[str]) -> WarmRunner:

@@ -212,39 +212,49 @@ def pytest_collectreport(report) -> None:
         )
 
 
-_named: tuple[object, frozenset[str], frozenset[str]] | None = None
+_named: tuple[object, frozenset[str], frozenset[str], frozenset[str]] | None = None
 
 
-def _named_tests(session) -> tuple[frozenset[str], frozenset[str]]:
-    """From the run's arguments: the files named only by test ids (`file::name...`), and every id
-    prefix those ids have (`file::Class`, `file::Class::test`, parameters dropped). Read once per
-    session, at collection time (a readied child has its tests set by then)."""
+def _covers(whole: str, path: str) -> bool:
+    """Whether a path argument (a file or a directory, `.` the root) takes in the file `path`."""
+    whole = whole.rstrip("/")
+    return whole in (".", "", path) or path.startswith(whole + "/")
+
+
+def _named_tests(session) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """From the run's arguments: the files named only by test ids (`file::name...`), every id prefix
+    those ids have (`file::Class`, `file::Class::test`, parameters dropped), and the ids as named
+    (all below one of those is collected). Read once per session, at collection time (a readied
+    child has its tests set by then)."""
     global _named
     if _named is None or _named[0] is not session:
-        whole, files, prefixes = set(), set(), set()
+        whole, files, prefixes, exact = [], set(), set(), set()
         for arg in session.config.args:
             path, sep, rest = str(arg).partition("::")
             if not sep:
-                whole.add(path)
+                whole.append(path)
                 continue
             files.add(path)
             parts = rest.split("[", 1)[0].split("::")
             prefixes.update(f"{path}::" + "::".join(parts[: i + 1]) for i in range(len(parts)))
-        _named = (session, frozenset(files - whole), frozenset(prefixes))
-    return _named[1], _named[2]
+            exact.add(f"{path}::" + "::".join(parts))
+        only = {f for f in files if not any(_covers(w, f) for w in whole)}
+        _named = (session, frozenset(only), frozenset(prefixes), frozenset(exact))
+    return _named[1], _named[2], _named[3]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
     """A run that names its tests by id builds items for those alone: pytest would build (and
     parametrize) every function of each named module only to deselect them (~400 functions, ~25 ms
-    of a one-test run on tabulate's test_output.py). A file also named whole is collected whole; a
-    test this drops by mistake reports nothing, which the host counts as an error."""
-    files, prefixes = _named_tests(collector.session)
+    of a one-test run on tabulate's test_output.py). All of a named class is built, and a file also
+    named whole (or under a directory named) is collected whole; a test this drops by mistake
+    reports nothing, which the host counts as an error."""
+    files, prefixes, exact = _named_tests(collector.session)
     if not files:
         return None
     nodeid = collector.nodeid
-    if nodeid.partition("::")[0] not in files or f"{nodeid}::{name}" in prefixes:
+    if nodeid.partition("::")[0] not in files or nodeid in exact or f"{nodeid}::{name}" in prefixes:
         return None
     return []
 

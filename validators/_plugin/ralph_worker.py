@@ -29,15 +29,22 @@ import traceback
 import pytest
 
 
-def _pytest_plugins() -> tuple[list[str], list[str]]:
+def _pytest_plugins(own: set) -> tuple[list[str], list[str]]:
     """pytest's builtin plugins, and the installed ones it would autoload: importing them is most of
-    what a run spends before collecting (one third-party plugin measured here cost 72 ms)."""
+    what a run spends before collecting (one third-party plugin measured here cost 72 ms). Not a
+    plugin of the project's own (an editable install's: importing it now would run the workspace's
+    code as it is when the worker starts, a candidate's perhaps, with effects no child can undo),
+    none when autoloading is off, and none where $RALPH_PRELOAD_PLUGINS is 0 (the gate's worker:
+    its children import them as a fresh run does, honouring `-p no:NAME`)."""
     from importlib.metadata import entry_points
 
     from _pytest.config import default_plugins
 
     builtin = [f"_pytest.{name}" for name in default_plugins if name != "python_path"]
-    return builtin, [ep.value.split(":")[0] for ep in entry_points(group="pytest11")]
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") or os.environ.get("RALPH_PRELOAD_PLUGINS") == "0":
+        return builtin, []
+    modules = [ep.value.split(":")[0] for ep in entry_points(group="pytest11")]
+    return builtin, [m for m in modules if m.split(".")[0] not in own]
 
 
 def _preload(modules: list[str]) -> list[str]:
@@ -144,11 +151,11 @@ def _free_bytes(path: str) -> int | None:
 
 
 def _become_child() -> None:
-    """In a freshly forked child: die with the worker, lead a process group, default SIGINT, read
-    nothing from the requests pipe."""
+    """In a freshly forked child: die with the worker, lead a process group, take SIGINT as a fresh
+    Python does (KeyboardInterrupt), read nothing from the requests pipe."""
     _die_with_parent()
     os.setpgid(0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -163,7 +170,7 @@ def _redirect_output(fd: int) -> None:
 def _enter(request: dict) -> None:
     os.chdir(request["cwd"])
     sys.path[:0] = [p for p in request.get("path", []) if p not in sys.path]
-    _as_python_m_pytest(request["args"])
+    _as_python_m_pytest([*request["args"], *request.get("tests", [])])
 
 
 def _as_python_m_pytest(args: list) -> None:
@@ -341,6 +348,7 @@ class _Waiter:
 
         ralph_pytest_report.arm()  # its settings came with the request, after the session started
         session.config.args = list(self.request["tests"])
+        sys.argv = [sys.argv[0], *self.request["args"], *self.request["tests"]]
         if ARGS_SOURCE is not None:  # what pytest's header says the paths came from
             session.config.args_source = ARGS_SOURCE
 
@@ -438,9 +446,10 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
 def main() -> None:
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: a test's orphans become ours, to kill
     _prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem for the tests we fork
-    builtin, plugins = _pytest_plugins()
+    own = [name for name in os.environ.get("RALPH_OWN_MODULES", "").split(",") if name]
+    builtin, plugins = _pytest_plugins(set(own))
     loaded = _preload(["ralph_pytest_report", *builtin, *plugins, *sys.argv[1:]])
-    _forget_project_modules(os.environ.get("RALPH_OWN_MODULES", "").split(","), os.getcwd())
+    _forget_project_modules(own, os.getcwd())
     # What the worker imported lives as long as it does: keep it out of every child's collections.
     # pytest collects garbage at the end of each session (twice), which over an unfrozen heap of
     # preloaded modules cost ~40 ms a run here.
