@@ -142,3 +142,24 @@ def test_the_templates_are_counted_from_the_traces():
         "drop_arg": {"verified": 1, "accepted": 0, "r": 0.0},
         "wrap_abs": {"verified": 1, "accepted": 0, "r": 0.0},
     }
+
+
+def test_every_state_a_background_gate_rejected_is_reported_as_caught(tmp_path):
+    from ralph.bench.fix import gate_catches
+
+    records = [
+        {"type": "gate", "state": 1, "verdict": "passed", "reason": "gate passed"},
+        {
+            "type": "gate",
+            "state": 2,
+            "verdict": "rejected",
+            "reason": "background gate: breaks tests/t.py::a",
+        },
+        {"type": "gate", "state": 3, "verdict": "discarded", "reason": "discarded"},
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    results = [{"task": "t", "trace": str(trace)}, {"task": "gone", "trace": str(tmp_path / "none.jsonl")}]
+    assert gate_catches(results) == [
+        {"task": "t", "state": 2, "reason": "background gate: breaks tests/t.py::a"}
+    ]

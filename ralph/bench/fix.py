@@ -326,6 +326,21 @@ def learn_priors(paths: list[Path]) -> dict[str, Any]:
     }
 
 
+def gate_catches(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every state a background gate rejected: a regression (or a run with no verdict) that the
+    targeted stages let through, since they judge only what the state failed. The gate is the
+    oracle; this is the recall the targeted stages would have without it."""
+    caught = []
+    for result in results:
+        path = Path(result["trace"])
+        for record in read_trace(path) if path.exists() else ():
+            if record["type"] == "gate" and record.get("verdict") == "rejected":
+                caught.append(
+                    {"task": result["task"], "state": record.get("state"), "reason": record.get("reason")}
+                )
+    return caught
+
+
 def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     traces = [read_trace(Path(r["trace"])) for r in results if Path(r["trace"]).exists()]
     runs = [run_stats(t) for t in traces]
@@ -362,6 +377,7 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
             ),
             "gate_beside": round(sum(r.gate_s for r in runs) / wall, 4),
         },
+        "gate_caught": gate_catches(results),
         "results": sorted(results, key=lambda r: r["task"]),
         "traces": str(out / "traces"),
     }
