@@ -3,9 +3,9 @@ each provisionally accepted state.
 
 A candidate that improves on its targeted stages becomes the loop's next state at once; its gate runs
 here, in one worker thread, in the order the states were made, each in a fresh pytest child
-(`pytest_run.gate_tests`) on this gate's own workspace (a clone of the accepted state) and sandbox. The workspace always holds the last
-state whose gate passed: a job is that state plus one edit, kept when the gate passes and undone
-when it does not. A job built on any other state (one whose gate failed) is discarded unrun.
+(`pytest_run.gate_tests`) on this gate's own workspace (a clone of the accepted state) and sandbox.
+The workspace always holds the last state whose gate passed: a job is that state plus one edit,
+kept when the gate passes and undone when it does not. A job built on any other state (one whose gate failed) is discarded unrun.
 
 The synchronous stages' results are judged again against the gated state the job builds on (a test
 the provisional state only assumed failing may pass there), then the gate's. A gate that hangs,

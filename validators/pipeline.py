@@ -4,8 +4,8 @@ policy -> syntax + ruff (+ the project's format) -> the failing tests that can s
 one passes, and the failing checks, beside mypy (must improve) -> (workspace put back) mypy again,
 beside the plausibility and API checks -> the whole suite in a fresh pytest child as the gate (of
 a worker with nothing but pytest imported), stopping at the first regression, and every check
-(must improve). A test-selection miss is never accepted, and an accepted
-candidate costs one suite run and the first fixed test. `detection` (what `ralph bench verify`
+(must improve). A test-selection miss is never accepted, and an accepted candidate costs one suite
+run and the first fixed test. `detection` (what `ralph bench verify`
 times on regressing mutants) is syntax + ruff, then the selected tests in the warm runner beside
 mypy. The steps are declared in `Verifier._steps`; validators/stages.py holds the stages and runner.
 """

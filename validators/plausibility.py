@@ -13,6 +13,7 @@ it rejects any new diagnostic. With `warn`, they are only said in the stage's de
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -28,9 +29,10 @@ RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
 # method's unused parameter (an interface: pyasn1's `decodeFun`, `state`), or a function's unused
 # parameter whose name other functions of the module take too (a family of callbacks: tabulate's
 # `colwidths`), or a variable it already left unused (boltons' `get_path` binds `except TypeError as
-# exc` and never reads that binding: its true fix was rejected for it), or a `*args`/`**kw` it already
-# left unused (pyasn1's `plug(self, *args, **kw)` absorbs any call and raises). A parameter that another function of the module leaves unused too is an interface's,
-# new or not (a fix of pyasn1 that stops using `decodeFun` again, as its siblings do). Measured: 12
+# exc` and never reads that binding: its true fix was rejected for it), or a `*args`/`**kw` it
+# already left unused (pyasn1's `plug(self, *args, **kw)` absorbs any call and raises). A parameter
+# that another function of the module leaves unused too is an interface's, new or not (a fix of
+# pyasn1 that stops using `decodeFun` again, as its siblings do). Measured: 12
 # of 60 true fixes of pyflakes, tabulate and pyasn1 were rejected for them. A function's parameter
 # no other takes stays a finding, unused before or not: the bug that made `clamp`'s `high` unused is
 # not fixed by an edit that leaves it so.
@@ -171,8 +173,6 @@ class _Own:
         self.head, tail = shared_ends(old_lines, new_lines)
         self.tail_from = len(new_lines) - tail  # rows after this one lie after the edit
         self.shift = len(new_lines) - len(old_lines)
-        self._shared: set[str] | None = None
-        self._variadic: set[tuple[str, int]] | None = None
         self.ignored: dict[str, int] = {}  # how many functions of the new text leave each name unused
 
     def _old_row(self, row: int) -> int | None:
@@ -196,22 +196,18 @@ class _Own:
         """The `*args` and `**kw` parameters of the module's functions (name, line): one that
         absorbs whatever it is called with is often unused by design (pyasn1's `plug(self, *args,
         **kw)`, which raises)."""
-        self._parameters()
-        assert self._variadic is not None
-        return self._variadic
+        return self._parameters[1]
 
     @property
     def shared(self) -> set[str]:
         """Parameter names that two or more functions of the module take."""
-        self._parameters()
-        assert self._shared is not None
-        return self._shared
+        return self._parameters[0]
 
-    def _parameters(self) -> None:
-        if self._shared is not None:
-            return
+    @functools.cached_property
+    def _parameters(self) -> tuple[set[str], set[tuple[str, int]]]:
+        """(`shared`, `variadic`), from one parse of the new text."""
         counts: dict[str, int] = {}
-        self._variadic = set()
+        variadic: set[tuple[str, int]] = set()
         try:
             tree = ast.parse(self._after)
         except (SyntaxError, ValueError):
@@ -221,8 +217,8 @@ class _Own:
                 args = node.args
                 for arg in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}:
                     counts[arg] = counts.get(arg, 0) + 1
-                self._variadic |= {(a.arg, a.lineno) for a in (args.vararg, args.kwarg) if a is not None}
-        self._shared = {name for name, n in counts.items() if n > 1}
+                variadic |= {(a.arg, a.lineno) for a in (args.vararg, args.kwarg) if a is not None}
+        return {name for name, n in counts.items() if n > 1}, variadic
 
 
 def changed_functions(before: str, after: str) -> list[tuple[int, int]]:

@@ -154,12 +154,14 @@ def config_edits(changes: Sequence[FileChange], extra: Sequence[str] = ()) -> li
         name = PurePosixPath(change.path).name
         if name in CONFIG_FILES or name.endswith(".pth") or change.path in extra:
             found.append(change.path)
-        elif name == "pyproject.toml" and _tool_tables(change.before) != _tool_tables(change.after):
+        elif name == "pyproject.toml" and tool_tables(change.before) != tool_tables(change.after):
             found.append(f"{change.path} [tool]")
     return found
 
 
-def _tool_tables(text: str | None) -> object:
+def tool_tables(text: str | None) -> object:
+    """A pyproject.toml text's `[tool]` tables; None when it has none (or there is no text), a
+    string when it does not parse."""
     if text is None:
         return None
     try:

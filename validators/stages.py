@@ -434,10 +434,11 @@ class SelectedTestsStage:
 @dataclass
 class GateStage:
     """The whole suite, in a fresh fork of the gate's own worker (`pytest_run.gate_tests`), on the
-    workspace put back to exactly the accepted state plus the candidate: the last word, so a test-selection miss is never accepted. The run stops at
-    the first test that passed in the accepted state and fails now (a regression: the candidate is
-    rejected whatever the rest does). A test of the state that a complete run no longer reports
-    fails (a failing target that vanished is not fixed)."""
+    workspace put back to exactly the accepted state plus the candidate: the last word, so a
+    test-selection miss is never accepted. The run stops at the first test that passed in the
+    accepted state and fails now (a regression: the candidate is rejected whatever the rest does).
+    A test of the state that a complete run no longer reports fails (a failing target that vanished
+    is not fixed)."""
 
     validator: PytestValidator
     verifier: Verifier

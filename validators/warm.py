@@ -13,15 +13,14 @@ import os
 import stat
 import subprocess
 import time
-import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from ralph.domain.candidate import is_protected
 from ralph.domain.results import ProcessResult
 from sandboxes.local import ScratchDir, child_env, kill_group, read_capped, read_line
-from validators.policy import PYTEST_CONFIG_FILES
+from validators.policy import PYTEST_CONFIG_FILES, tool_tables
 from validators.selection import project_sources
 from validators.toolchain import PLUGIN_DIR, Toolchain
 
@@ -243,9 +242,7 @@ def spare_safe(project: Path, limit: int = 20000) -> bool:
     # as its configuration file, settings or none: then a nested one decides where tests lie below.
     bare = not any(pytest_settings(project / f) for f in settings if (project / f).is_file())
     seen = 0
-    for directory, dirs, files in os.walk(project):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
-        here = Path(directory)
+    for here, files in _folders(project):
         if here != project and any(pytest_settings(here / f) for f in settings & set(files)):
             return False
         if here != project and bare and "pyproject.toml" in files and _holds_python(here):
@@ -254,6 +251,13 @@ def spare_safe(project: Path, limit: int = 20000) -> bool:
         if seen > limit:
             return False
     return True
+
+
+def _folders(project: Path) -> Iterator[tuple[Path, list[str]]]:
+    """The project's folders with their file names, outside hidden and generated folders."""
+    for directory, dirs, files in os.walk(project):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
+        yield Path(directory), files
 
 
 def _holds_python(folder: Path) -> bool:
@@ -272,11 +276,8 @@ def pytest_settings(path: Path) -> bool:
     except (OSError, UnicodeDecodeError):
         return True
     if path.name == "pyproject.toml":
-        try:
-            tool = tomllib.loads(text).get("tool", {})
-        except tomllib.TOMLDecodeError:
-            return True
-        return not isinstance(tool, dict) or "pytest" in tool
+        tool = tool_tables(text)  # (a file that does not parse: not a table, so settings)
+        return tool is not None and (not isinstance(tool, dict) or "pytest" in tool)
     sections = _INI_SECTIONS.get(path.name)
     if sections is None:
         return True
@@ -299,14 +300,12 @@ def fixed_package_files(project: Path, protected: Sequence[str], limit: int = 20
     is editable, so a child whose configuring imported it is never used."""
     found: set[str] = set()
     seen = 0
-    for directory, dirs, files in os.walk(project):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
+    for folder, files in _folders(project):
         seen += len(files)
         if seen > limit:
             break
         if "conftest.py" not in files:
             continue
-        folder = Path(directory)
         while folder != project and (folder / "__init__.py").is_file():
             found.add((folder / "__init__.py").relative_to(project).as_posix())
             folder = folder.parent
