@@ -61,7 +61,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ralph.domain.results import ProcessResult
+from sandboxes import seccomp
 from sandboxes.local import child_env, feed_stdin, read_capped, wait_exit
+from sandboxes.workspace import chown_tree
 
 _COUNTER = itertools.count()
 _TOKEN = secrets.token_hex(3)  # a reused pid never meets a leaked cgroup's name
@@ -91,16 +93,111 @@ def available() -> str | None:
         return "bubblewrap (bwrap) is not installed"
     if prlimit is None:
         return "prlimit (util-linux) is not installed"
-    probe = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/"]
-    probe += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", prlimit, "--nofile=64", "true"]
+    if os.geteuid() == 0 and _tool("setpriv") is None:
+        return "setpriv (util-linux) is not installed: as root it drops the sandbox to an unprivileged user"
+    if isinstance(why := seccomp.program(), str):
+        return why
+    probe = [bwrap, *_namespaces(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    probe += [
+        "--tmpfs",
+        "/tmp",
+        "--seccomp",
+        "{fd}",
+        "--",
+        *_drop_privileges(),
+        prlimit,
+        "--nofile=64",
+        "true",
+    ]
+    fd = seccomp.program_fd()
+    probe[probe.index("{fd}")] = str(fd)
     try:
-        out = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False, env={})
+        out = subprocess.run(
+            probe, capture_output=True, text=True, timeout=30, check=False, env={}, pass_fds=(fd,)
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap failed to start: {exc}"
+    finally:
+        os.close(fd)
     if out.returncode != 0:
         why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
         return f"bwrap cannot create namespaces here (user namespaces unavailable?): {why}"
     return None
+
+
+def sandbox_ids() -> tuple[int, int] | None:
+    """The user and group every sandboxed process runs as when ralph runs as root (None otherwise:
+    an unprivileged user's sandbox runs as that user, in a user namespace of its own)."""
+    return _unprivileged_ids() if os.geteuid() == 0 else None
+
+
+@functools.cache
+def _unprivileged_ids() -> tuple[int, int]:
+    """A user and group id of nobody on this host (no password or group entry): the host honours
+    nothing for it, and no other process or file belongs to it."""
+    import grp
+
+    for uid in range(61000, 65000):
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(uid)
+            continue
+        except KeyError:
+            return uid, uid
+    return 65534, 65534
+
+
+def _namespaces() -> list[str]:
+    """bwrap's namespace options. As root, bwrap makes every namespace but the user one (root may),
+    and `_drop_privileges` then runs the command as an unprivileged user of the host: in a user
+    namespace of its own the sandbox's uid would map to the host's root, whom /proc/sys and every
+    root-owned file honour. Otherwise a user namespace holds the sandbox, with no capabilities and
+    no nested user namespace."""
+    common = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    common += ["--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        return common
+    options = ["--unshare-user", *common, "--cap-drop", "ALL"]
+    if "--disable-userns" in _bwrap_options():  # no nested user namespace: no capabilities to regain
+        options.append("--disable-userns")
+    return options
+
+
+def _drop_privileges() -> list[str]:
+    """As root, what runs first inside the sandbox: become the unprivileged sandbox user with no
+    capability (bounding set included), no supplementary group and no_new_privs."""
+    ids = sandbox_ids()
+    if ids is None:
+        return []
+    uid, gid = ids
+    setpriv = _tool("setpriv") or "setpriv"
+    return [
+        setpriv,
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+class Command(list[str]):
+    """A command line `BwrapSandbox.wrap` built, with the descriptors it needs passed on: spawn it
+    with ``pass_fds=command.pass_fds`` and `close` them once it has started."""
+
+    pass_fds: tuple[int, ...] = ()
+
+    def close(self) -> None:
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
 
 
 class BwrapSandbox:
@@ -143,6 +240,11 @@ class BwrapSandbox:
         self.tmp_bytes = tmp_bytes
         self.max_output = max_output
         self.homes = _homes()
+        # As root: the unprivileged user the sandbox runs as owns what it may write.
+        self.ids = sandbox_ids()
+        for path in (self.workspace, *self.writable) if workspace_writable else self.writable:
+            if path.exists():
+                chown_tree(path, self.ids)
         self._cgroup_parent = _cgroup_parent("pids") if os.geteuid() == 0 else None
         # The sandbox's memory in total (every process together), where a memory cgroup can be made.
         self.memory_total_bytes = memory_total_bytes
@@ -163,10 +265,9 @@ class BwrapSandbox:
             else f"{memory_bytes} bytes of address space per process (no writable memory cgroup)"
         )
 
-    def wrap(
-        self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None = None
-    ) -> list[str]:
-        """The full command line running `argv` in the sandbox, for callers that spawn it themselves.
+    def wrap(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None = None) -> Command:
+        """The full command line running `argv` in the sandbox, for callers that spawn it themselves
+        (with its `pass_fds`, then `close` it).
 
         It starts with ``env -i``: the sandbox can read bwrap's own environment at /proc/1/environ,
         so whatever environment the caller spawns it with must not reach bwrap. Killing the spawned
@@ -174,7 +275,16 @@ class BwrapSandbox:
         """
         cgroups = self._new_cgroup()
         self._cgroups += cgroups
-        return [_tool("env") or "/usr/bin/env", "-i", *self._command(argv, cwd=cwd, env=env, cgroups=cgroups)]
+        filter_fd = seccomp.program_fd()
+        command = Command(
+            [
+                _tool("env") or "/usr/bin/env",
+                "-i",
+                *self._command(argv, cwd=cwd, env=env, cgroups=cgroups, filter_fd=filter_fd),
+            ]
+        )
+        command.pass_fds = (filter_fd,)
+        return command
 
     def run(
         self,
@@ -196,7 +306,10 @@ class BwrapSandbox:
             # Output goes to an unlinked temp file: a child printing gigabytes costs us no memory,
             # and RLIMIT_FSIZE caps the file at `file_bytes` on disk.
             with tempfile.TemporaryFile() as out:
-                command = self._command(argv, cwd=cwd, env=env, cgroups=cgroups, info_fd=info_write)
+                filter_fd = seccomp.program_fd()
+                command = self._command(
+                    argv, cwd=cwd, env=env, cgroups=cgroups, info_fd=info_write, filter_fd=filter_fd
+                )
                 with self._starting:
                     if self._cancelled:
                         return ProcessResult(-9, "", 0.0, error="cancelled")
@@ -206,11 +319,12 @@ class BwrapSandbox:
                         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                         stdout=out,
                         stderr=subprocess.STDOUT,
-                        pass_fds=(info_write,),
+                        pass_fds=(info_write, filter_fd),
                         start_new_session=True,
                     )
                     self._live.add(proc)
                 os.close(info_write)
+                os.close(filter_fd)
                 info_write = -1
                 init = _open_init(info_read)
                 if stdin is not None and proc.stdin is not None:
@@ -258,19 +372,22 @@ class BwrapSandbox:
         env: Mapping[str, str] | None,
         cgroups: Sequence[Path],
         info_fd: int | None = None,
+        filter_fd: int,
     ) -> list[str]:
         bwrap, prlimit = _tool("bwrap"), _tool("prlimit")
         if bwrap is None or prlimit is None:
             raise RuntimeError(available() or "bwrap or prlimit is missing")
         options = _bwrap_options()
+        # Private mounts: capped where this bwrap can, writable by whoever the sandbox runs as.
         size = ["--size", str(self.tmp_bytes)] if "--size" in options else []
-        command = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
-        command += ["--cap-drop", "ALL"]
-        if "--disable-userns" in options:  # no nested user namespace: no capabilities to regain
-            command.append("--disable-userns")
+        size = ["--perms", "1777", *size] if self.ids is not None else size
+        command = [bwrap, *_namespaces(), "--seccomp", str(filter_fd)]
         if info_fd is not None:
             command += ["--info-fd", str(info_fd)]
         command += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm"]
+        # The kernel's settings and triggers stay read-only whoever the sandbox runs as.
+        for knob in ("sys", "sysrq-trigger", "irq", "bus"):
+            command += ["--ro-bind-try", f"/proc/{knob}", f"/proc/{knob}"]
         # Mount parents before children, so a workspace under /tmp or $HOME shows through the tmpfs,
         # and a home inside the workspace stays masked; at the same path the bind wins.
         child = child_env(env)
@@ -281,8 +398,13 @@ class BwrapSandbox:
         bind = "--bind" if self.workspace_writable else "--ro-bind"
         mounts.append((len(self.workspace.parts), 1, [bind, str(self.workspace), str(self.workspace)]))
         mounts += [(len(p.parts), 1, ["--bind-try", str(p), str(p)]) for p in self.writable]
-        for path in self._exposed(argv, cwd, child, masked):
+        exposed = self._exposed(argv, cwd, child, masked)
+        for path in exposed:
             mounts.append((len(path.parts), 1, ["--ro-bind", str(path), str(path)]))
+        # The folders on the way to a bind inside a private mount: bwrap would make them for root
+        # alone, and the sandbox's user must pass through them.
+        for folder in _folders_between(masked, [self.workspace, *self.writable, *exposed]):
+            mounts.append((len(folder.parts), 0, ["--perms", "0755", "--dir", str(folder)]))
         for _, _, ops in sorted(mounts, key=lambda m: m[:2]):
             command += ops
         git = self.workspace / ".git"
@@ -296,10 +418,12 @@ class BwrapSandbox:
             f"--cpu={self.cpu_seconds}",
             f"--fsize={self.file_bytes}",
             f"--nofile={self.open_files}",
-            f"--nproc={self.max_pids}",
+            # As root every sandbox of the host runs as one user, whose processes RLIMIT_NPROC counts
+            # together: the pids cgroup caps each sandbox, the limit only what all may hold.
+            f"--nproc={self.max_pids * (16 if self.ids and self._cgroup_parent else 1)}",
             "--core=0",
         ]
-        command += ["--", prlimit, *limits, "--", *argv]
+        command += ["--", *_drop_privileges(), prlimit, *limits, "--", *argv]
         if cgroups:
             # Join the cgroups before bwrap forks anything: the procs files come first as arguments.
             joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(cgroups)))
@@ -316,9 +440,11 @@ class BwrapSandbox:
     ) -> list[Path]:
         """Paths under a masked directory that the command needs, to bind back read-only.
 
-        An interpreter or tool under $HOME or /tmp (pyenv, ~/.local, a venv in a home checkout)
-        would vanish under the tmpfs: the command, the PATH and PYTHONPATH entries and the
-        interpreter's install prefix (``bin``'s parent, where its libraries live) are re-exposed.
+        An interpreter or tool under $HOME or /tmp (pyenv, a venv in a home checkout) would vanish
+        under the tmpfs: the command's directory, each PATH and PYTHONPATH entry itself and the
+        prefix of each Python interpreter among them (a venv's directory, the installation its
+        binary belongs to) are re-exposed; never the parent of a tool's ``bin``, which may hold its
+        credentials (``~/.cargo/credentials.toml`` beside ``~/.cargo/bin``).
         """
         wanted: list[Path] = [Path(cwd)]
         dirs = [*env.get("PATH", "").split(os.pathsep), env.get("VIRTUAL_ENV", "")]
@@ -328,10 +454,10 @@ class BwrapSandbox:
         if program is not None:
             wanted += [Path(program).parent, Path(program).resolve().parent]
         wanted += [Path(a) for a in argv[1:] if os.path.isabs(a)]
+        wanted += [prefix for path in list(wanted) for prefix in _python_prefixes(path)]
         owned = [self.workspace, *self.writable]
         found: list[Path] = []
         for path in wanted:
-            path = path.parent if path.name == "bin" else path
             if not path.exists():
                 continue
             path = path.resolve()
@@ -359,6 +485,35 @@ class BwrapSandbox:
                         (cgroup / limit).write_text(str(self.memory_total_bytes))
             made[cgroup] = None
         return list(made)
+
+
+def _folders_between(masked: Sequence[Path], targets: Sequence[Path]) -> list[Path]:
+    """The folders strictly between a masked mount and a target below it, each once."""
+    found: dict[Path, None] = {}
+    for target in targets:
+        roots = [m for m in masked if target.is_relative_to(m) and target != m]
+        if roots:
+            root = max(roots, key=lambda m: len(m.parts))
+            found |= dict.fromkeys(p for p in target.parents if p.is_relative_to(root) and p != root)
+    return list(found)
+
+
+@functools.cache
+def _python_prefixes(directory: Path) -> tuple[Path, ...]:
+    """When `directory` is a Python interpreter's ``bin``: the prefixes it runs from (a venv's own
+    directory, and the installation of the binary it links to), else nothing."""
+    found: list[Path] = []
+    for name in ("python3", "python"):
+        interpreter = directory / name
+        if not interpreter.is_file():
+            continue
+        if (directory.parent / "pyvenv.cfg").is_file():
+            found.append(directory.parent)
+        real = interpreter.resolve().parent.parent
+        if (real / "lib").is_dir():
+            found.append(real)
+        break
+    return tuple(found)
 
 
 def _wait_watching_disk(proc: subprocess.Popen[bytes], timeout_s: float, where: Path, cap: int) -> str:

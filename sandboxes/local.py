@@ -199,6 +199,8 @@ class ScratchDir:
     def __init__(self, parent: str | os.PathLike[str] | None, prefix: str) -> None:
         self.path = tempfile.mkdtemp(prefix=prefix, dir=parent)
         self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if parent is not None and (owner := os.stat(parent)).st_uid != os.geteuid():
+            os.fchown(self.fd, owner.st_uid, owner.st_gid)  # the scratch area's (sandbox's) user writes here
 
     def __enter__(self) -> ScratchDir:
         return self

@@ -37,10 +37,30 @@ def safe_parts(path: str) -> tuple[str, ...]:
     return tuple(p for p in rel.parts if p != ".")
 
 
+def chown_tree(path: Path, ids: tuple[int, int] | None) -> None:
+    """Give `path` and everything beneath it (following no link) to `ids`, the sandbox's user; an
+    entry that is already theirs is left alone (a chown would change its ctime all the same)."""
+    if ids is None:
+        return
+
+    def give(entry: str) -> None:
+        with contextlib.suppress(OSError):
+            info = os.lstat(entry)
+            if (info.st_uid, info.st_gid) != ids:
+                os.chown(entry, *ids, follow_symlinks=False)
+
+    give(str(path))
+    for directory, dirs, files in os.walk(path):
+        for name in dirs + files:
+            give(os.path.join(directory, name))
+
+
 @contextlib.contextmanager
-def open_dir(root: Path, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
+def open_dir(
+    root: Path, parts: Sequence[str], *, create: bool = False, owner: tuple[int, int] | None = None
+) -> Iterator[int]:
     """A descriptor of the directory `root/parts...`, each component opened without following a link
-    (`create` makes missing ones)."""
+    (`create` makes missing ones, given to `owner`)."""
     fd = os.open(root, _DIR_FLAGS)
     try:
         for part in parts:
@@ -50,6 +70,7 @@ def open_dir(root: Path, parts: Sequence[str], *, create: bool = False) -> Itera
                 if not create:
                     raise
                 os.mkdir(part, 0o755, dir_fd=fd)
+                _chown(part, fd, owner)
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -122,10 +143,13 @@ def encode_like(content: str, original: bytes | None) -> bytes:
     return (_BOM if first.startswith(_BOM) else b"") + data
 
 
-def write_beneath(root: Path, path: str, data: bytes, *, mode: int | None = None) -> os.stat_result:
-    """Write `data` to `root/path` atomically (a new file renamed over the old), through no symlink."""
+def write_beneath(
+    root: Path, path: str, data: bytes, *, mode: int | None = None, owner: tuple[int, int] | None = None
+) -> os.stat_result:
+    """Write `data` to `root/path` atomically (a new file renamed over the old), through no symlink;
+    the file and the directories made for it belong to `owner` when given."""
     parts = safe_parts(path)
-    with open_dir(root, parts[:-1], create=True) as dir_fd:
+    with open_dir(root, parts[:-1], create=True, owner=owner) as dir_fd:
         partial = f".{parts[-1]}.ralph-{os.getpid()}.partial"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial, dir_fd=dir_fd)
@@ -135,6 +159,8 @@ def write_beneath(root: Path, path: str, data: bytes, *, mode: int | None = None
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+                if owner is not None:
+                    os.fchown(f.fileno(), *owner)
                 if mode is not None:
                     os.fchmod(f.fileno(), mode)
             os.rename(partial, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -143,6 +169,22 @@ def write_beneath(root: Path, path: str, data: bytes, *, mode: int | None = None
                 os.unlink(partial, dir_fd=dir_fd)
             raise
         return os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _chmod_dir(name: str, mode: int, dir_fd: int) -> None:
+    """Set a directory's mode, never through a link: `name` is opened as a directory without
+    following one (O_PATH needs no permission on it), then changed through that descriptor."""
+    fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # (the descriptor's own directory, not a path again)
+    finally:
+        os.close(fd)
+
+
+def _chown(name: str, dir_fd: int, owner: tuple[int, int] | None) -> None:
+    """Give an entry the workspace's owner (the sandbox's user, when ralph runs as root)."""
+    if owner is not None:
+        os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
 
 
 def _remove_entry(name: str, dir_fd: int) -> None:
@@ -173,7 +215,15 @@ class Workspace:
     workspace); `restore` puts that state back exactly; `accept` makes the current edit part of it.
     """
 
-    def __init__(self, root: Path, subdir: str = "") -> None:
+    def __init__(self, root: Path, subdir: str = "", *, owner: tuple[int, int] | bool | None = True) -> None:
+        """`owner`: who the files belong to (True: the sandbox's user when ralph runs as root, so
+        that the tests may write where the user's would; None: left as they are)."""
+        if owner is True:
+            from sandboxes.bwrap import sandbox_ids
+
+            owner = sandbox_ids()
+        self.owner: tuple[int, int] | None = owner or None
+        chown_tree(root, self.owner)
         self.root = root.resolve()
         self.project = (self.root / subdir).resolve() if subdir else self.root
         self.subdir = subdir
@@ -266,7 +316,7 @@ class Workspace:
         if old is not None and not stat.S_ISREG(old.st_mode):
             raise UnsafePath(f"{path}: not a regular file")
         mode = stat.S_IMODE(old.st_mode) if old else None
-        write_beneath(self.root, rel, self.encode(path, content), mode=mode)
+        write_beneath(self.root, rel, self.encode(path, content), mode=mode, owner=self.owner)
         # Python's bytecode cache trusts (mtime in whole seconds, size): two same-size edits within a
         # second would reuse stale bytecode. Each write gets a later whole second than the last one.
         last = self._mtimes.get(rel, int(old.st_mtime) if old else 0)
@@ -339,7 +389,7 @@ class Workspace:
         gate's own copy)."""
         source = self._pristine if self._state is not None else self.root
         shutil.copytree(source, root, symlinks=True, ignore=_special_files)
-        other = Workspace(root, self.subdir)
+        other = Workspace(root, self.subdir, owner=self.owner)
         other._first = dict(self._first)
         other.capture()
         return other
@@ -393,14 +443,14 @@ class Workspace:
     def _restore_dir(self, parts: tuple[str, ...], children: dict[tuple[str, ...], dict[str, _Entry]]) -> int:
         fixed = 0
         wanted = children.get(parts, {})
-        with open_dir(self.root, parts, create=True) as fd:
+        with open_dir(self.root, parts, create=True, owner=self.owner) as fd:
             with os.scandir(fd) as it:
                 present = {e.name: e.stat(follow_symlinks=False) for e in it}
             for name, info in present.items():
                 entry = wanted.get(name)
                 if entry is not None and entry.kind == "dir" and stat.S_ISDIR(info.st_mode):
                     if stat.S_IMODE(info.st_mode) != entry.key[0]:  # a test's chmod: put it back
-                        os.chmod(name, entry.key[0], dir_fd=fd)  # a directory: no link to follow
+                        _chmod_dir(name, entry.key[0], fd)
                         fixed += 1
                         self._fixing((*parts, name))
                     continue
@@ -423,9 +473,11 @@ class Workspace:
     def _put(self, path: tuple[str, ...], entry: _Entry, dir_fd: int, name: str) -> None:
         if entry.kind == "dir":
             os.mkdir(name, entry.key[0], dir_fd=dir_fd)
-            os.chmod(name, entry.key[0], dir_fd=dir_fd)  # (mkdir's mode is masked by the umask)
+            _chmod_dir(name, entry.key[0], dir_fd)  # (mkdir's mode is masked by the umask)
+            _chown(name, dir_fd, self.owner)
         elif entry.kind == "link":
             os.symlink(entry.link, name, dir_fd=dir_fd)
+            _chown(name, dir_fd, self.owner)
         else:
             self._rewrite(path, dir_fd, name)
 
@@ -437,6 +489,8 @@ class Workspace:
         with os.fdopen(fd, "wb") as out, source.open("rb") as src:
             shutil.copyfileobj(src, out)
             out.flush()
+            if self.owner is not None:
+                os.fchown(out.fileno(), *self.owner)
             os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
             os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
             assert self._state is not None
@@ -472,7 +526,7 @@ def _force_remove(name: str, dir_fd: int) -> None:
     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat.S_ISDIR(info.st_mode):
         raise PermissionError(f"cannot remove {name}")
-    os.chmod(name, 0o700, dir_fd=dir_fd)  # a directory (lstat), and nothing of the sandbox runs now
+    _chmod_dir(name, 0o700, dir_fd)
     child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     try:
         for entry in os.listdir(child):
