@@ -85,23 +85,52 @@ class Toolchain:
         return self.tools.start(argv, cwd=str(self.project), env=env)
 
     def start_resident(
-        self, argv: Sequence[str], env: Mapping[str, str], sandbox: Sandbox | None = None
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        sandbox: Sandbox | None = None,
+        *,
+        channel: bool = False,
     ) -> subprocess.Popen[str] | None:
         """A long-lived helper (the warm test runner, the type checker) inside `sandbox` (default:
-        the tests' sandbox), talking JSON lines on stdin/stdout; None unless it says it is ready."""
+        the tests' sandbox), talking JSON lines; None unless it says it is ready.
+
+        With `channel`, it talks on a pipe pair of its own, at descriptors named in its
+        $RALPH_CHANNEL ("READ,WRITE"), and its stdin and stdout are /dev/null: the sandbox's first
+        process (bwrap's init, readable at /proc/1/fd by a process of the sandbox running as the
+        same user) keeps only the standard descriptors, so no test can reach that pair. The
+        returned process's `stdin`/`stdout` are then the host's ends of it."""
+        pipes: list[int] = []
+        extra: dict[str, str] = {}
+        if channel:
+            request_read, request_write = os.pipe()
+            reply_read, reply_write = os.pipe()
+            pipes = [request_read, reply_write]
+            extra["RALPH_CHANNEL"] = f"{request_read},{reply_write}"
+        env = {**env, **extra}
         wrap = getattr(sandbox or self.sandbox, "wrap", None)
         if wrap is not None:
             argv = wrap(argv, cwd=str(self.project), env=env)
-        proc = popen_owned(
-            argv,
-            cwd=self.project,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+        try:
+            proc = popen_owned(
+                argv,
+                cwd=self.project,
+                env=env,
+                stdin=subprocess.DEVNULL if channel else subprocess.PIPE,
+                stdout=subprocess.DEVNULL if channel else subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+                pass_fds=(*pipes, *getattr(argv, "pass_fds", ())),
+            )
+        finally:
+            if callable(close := getattr(argv, "close", None)):
+                close()
+            for fd in pipes:
+                os.close(fd)
+        if channel:
+            proc.stdin = open(request_write, "w", encoding="utf-8")  # noqa: SIM115 (the process's)
+            proc.stdout = open(reply_read, encoding="utf-8")  # noqa: SIM115 (the process's)
         ready = read_line(proc, 120)
         try:
             if ready and json.loads(ready).get("ready"):

@@ -8,8 +8,10 @@ tests, not for interpreter start-up and imports. A worker that dies is restarted
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
+import secrets
 import stat
 import subprocess
 import time
@@ -66,8 +68,9 @@ class WarmRunner:
         if not self.plugins:
             settings["RALPH_PRELOAD_PLUGINS"] = "0"
         env = child_env(self.toolchain.python_env(settings))
-        # The worker, and every test it forks, runs inside the sandbox.
-        proc = self.toolchain.start_resident([self.toolchain.python, str(WORKER), *self.preload], env)
+        # The worker, and every test it forks, runs inside the sandbox, on a channel of its own.
+        argv = [self.toolchain.python, str(WORKER), *self.preload]
+        proc = self.toolchain.start_resident(argv, env, channel=True)
         if proc is None:
             raise RuntimeError("the warm test runner did not start")
         self.starts += 1
@@ -90,10 +93,11 @@ class WarmRunner:
             return ProcessResult(-9, "", 0.0, error="cancelled")
         assert proc is not None and proc.stdin is not None
         self._next_id += 1
+        secret = secrets.token_hex(16)
         with ScratchDir(self.toolchain.scratch, "ralph-warm-") as tmp:
             request = self._request(args, tests, env, timeout_s, spare, Path(tmp.path) / "output")
             start = time.monotonic()
-            line = _exchange(proc, request, timeout_s + 30)
+            line = _exchange(proc, request, timeout_s + 30, secret)
             if not line:  # the worker itself died or hung: start afresh next time
                 self._drop(proc)
                 return ProcessResult(
@@ -104,12 +108,18 @@ class WarmRunner:
                     error="the warm test runner died",
                 )
             parsed = _parse_reply(line)
-            if parsed is None:  # not the worker's reply: it cannot be trusted
+            if parsed is None or parsed[0].get("id") != request["id"] or parsed[0].get("secret") != secret:
+                # Not the worker's reply to this request (a forgery, or out of step): no verdict.
                 self._drop(proc)
-                return ProcessResult(
-                    -9, "the warm test runner's reply is unreadable", 0.0, error="unreadable reply"
-                )
+                why = "unreadable reply" if parsed is None else "a reply that does not match its request"
+                return ProcessResult(-9, f"the warm test runner gave {why}", 0.0, error=why)
             reply, returncode, seconds, timed_out = parsed
+            if leftover := _left_in_sandbox(proc.pid):
+                # Something of the request still runs: nothing on the host may start beside it.
+                self._drop(proc)
+                return ProcessResult(-9, leftover, seconds, timed_out, error=leftover)
+            if spare:
+                _send(proc, {"spare_now": True})
             self.readied += bool(reply.get("readied"))
             text = _read_output(tmp.fd)
             error = self._reply_error(reply)
@@ -162,11 +172,7 @@ class WarmRunner:
         """Drop the test child readied ahead: it configured pytest while the workspace still held
         what a candidate's tests wrote (the next request forks a fresh one)."""
         if self._proc is not None and self._proc.poll() is None and self._proc.stdin is not None:
-            try:
-                self._proc.stdin.write(json.dumps({"discard_spare": True}) + "\n")
-                self._proc.stdin.flush()
-            except OSError:
-                pass
+            _send(self._proc, {"discard_spare": True})
 
     def close(self) -> None:
         if (proc := self._proc) is not None:
@@ -180,15 +186,56 @@ class WarmRunner:
         self.close()
 
 
-def _exchange(proc: subprocess.Popen[str], request: dict[str, Any], timeout_s: float) -> str | None:
-    """Send the worker one request and wait for its reply line; None when the pipe broke or it hung."""
+def _send(proc: subprocess.Popen[str], message: dict[str, Any], secret: str = "") -> bool:
+    """Write one framed message (its length, a newline, the JSON; then the request's secret)."""
     assert proc.stdin is not None
+    body = json.dumps(message)  # (ASCII: its length in characters is its length in bytes)
     try:
-        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.write(f"{len(body)}\n{body}" + (f"{secret}\n" if secret else ""))
         proc.stdin.flush()
-        return read_line(proc, timeout_s)
-    except (BrokenPipeError, OSError):
+    except (BrokenPipeError, OSError, ValueError):
+        return False
+    return True
+
+
+def _exchange(
+    proc: subprocess.Popen[str], request: dict[str, Any], timeout_s: float, secret: str
+) -> str | None:
+    """Send the worker one request and wait for its reply line; None when the pipe broke or it hung."""
+    if not _send(proc, request, secret):
         return None
+    try:
+        return read_line(proc, timeout_s)
+    except (OSError, ValueError):
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    """The children of `pid` (of every thread), from /proc; empty when it is gone."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as f:
+            found += [int(c) for c in f.read().split()]
+    return found
+
+
+def _left_in_sandbox(pid: int) -> str | None:
+    """Why the worker's sandbox still holds more than the worker, or None. It is one chain of single
+    children down to the worker (env/sh/bwrap, the sandbox's init, the worker itself; the worker
+    alone without a sandbox), and the worker has no child left once it has replied: any other
+    process is one the request started, still running."""
+    for _ in range(8):
+        children = _children(pid)
+        if not children:
+            return None
+        if len(children) > 1:
+            break
+        pid = children[0]
+    return "processes the tests started were still running after the reply (killed; no verdict)"
 
 
 def _parse_reply(line: str) -> tuple[dict[str, Any], int, float, bool] | None:

@@ -1,8 +1,14 @@
 """The warm test runner, run by the target's interpreter: `python ralph_worker.py MODULE...`.
 
 It imports pytest, our report plugin and the given third-party modules once (never the repo's own
-modules), then serves requests: one JSON line on stdin -> fork -> `pytest.main(args)` in the child ->
-one JSON line on stdout. A child that runs past its timeout is killed with its whole process group.
+modules), then serves requests: one request -> fork -> `pytest.main(args)` in the child -> one JSON
+line back. A child that runs past its timeout is killed with its whole process group.
+
+The channel is a pipe pair of its own (descriptors named in $RALPH_CHANNEL), which every child closes
+before anything else runs. A request comes framed (its length, a newline, the JSON) and followed by a
+per-request secret that the worker reads only once the request's child is forked: no test process
+ever holds it, and the host takes a reply only with its request's id and secret. Every $RALPH_*
+setting leaves the environment at start, so no test sees one.
 
 The worker is a child subreaper: whatever a test child starts (setsid daemons, double forks) is
 reparented to it, and before it replies it kills every process below it but the readied spare, so
@@ -41,7 +47,7 @@ def _pytest_plugins(own: set) -> tuple[list[str], list[str]]:
     from _pytest.config import default_plugins
 
     builtin = [f"_pytest.{name}" for name in default_plugins if name != "python_path"]
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") or os.environ.get("RALPH_PRELOAD_PLUGINS") == "0":
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") or _SETTINGS.get("RALPH_PRELOAD_PLUGINS") == "0":
         return builtin, []
     modules = [ep.value.split(":")[0] for ep in entry_points(group="pytest11")]
     return builtin, [m for m in modules if m.split(".")[0] not in own]
@@ -66,6 +72,37 @@ def _forget_project_modules(own: list[str], root: str) -> None:
         file = getattr(module, "__file__", None) or ""
         if name.split(".")[0] in own_names or file.startswith(root + os.sep):
             del sys.modules[name]
+
+
+# The worker's own settings, out of the environment before any child is forked.
+_SETTINGS = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith("RALPH_")}
+_CHANNEL = [int(fd) for fd in _SETTINGS.get("RALPH_CHANNEL", "0,1").split(",")]
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """`size` bytes of the request pipe, and not one more (what follows is not ours to read yet)."""
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _next_message() -> dict:
+    """The next framed message from the host: its length in digits, a newline, the JSON."""
+    head = b""
+    while not head.endswith(b"\n"):
+        head += _read_exactly(_CHANNEL[0], 1)
+        if len(head) > 12:
+            raise EOFError
+    return json.loads(_read_exactly(_CHANNEL[0], int(head)))
+
+
+def _secret() -> str:
+    """The request's secret, read after its child is forked (32 hex digits and a newline)."""
+    return _read_exactly(_CHANNEL[0], 33).decode().strip()
 
 
 # Ralph's pid. The worker watches it rather than asking for a parent-death signal, which Linux ties
@@ -154,6 +191,9 @@ def _become_child() -> None:
     """In a freshly forked child: die with the worker, lead a process group, take SIGINT as a fresh
     Python does (KeyboardInterrupt), read nothing from the requests pipe."""
     _die_with_parent()
+    for fd in _CHANNEL:  # the host's channel: no test may read a request or write a reply
+        if fd > 2:
+            os.close(fd)
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -322,7 +362,7 @@ class _Waiter:
         self.roots = tuple({os.path.abspath(cwd) + os.sep, os.path.realpath(cwd) + os.sep})
         # Root-relative files besides conftests that no candidate may edit (the packages that hold
         # a conftest, when the host says they are protected).
-        self.fixed = frozenset(json.loads(os.environ.get("RALPH_FIXED") or "[]"))
+        self.fixed = frozenset(json.loads(_SETTINGS.get("RALPH_FIXED") or "[]"))
 
     def _tainting(self, file: str) -> bool:
         """Whether a module imported from `file` may predate the candidate: a project file that is
@@ -395,10 +435,11 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
         pid = os.fork()
         if pid == 0:
             _run_child(request)
+    secret = _secret()  # (the child, forked without it, never holds it)
     deadline = start + timeout
     status = None
     pidfd = _pidfd(pid)
-    cap = int(os.environ.get("RALPH_DISK_CAP") or 1 << 30)
+    cap = int(_SETTINGS.get("RALPH_DISK_CAP") or 1 << 30)
     free_at_start = _free_bytes(request["cwd"])
     disk_exceeded = False
     while status is None:
@@ -433,6 +474,7 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
         spare.finish(request["output"])
     return {
         "id": request.get("id"),
+        "secret": secret,
         "returncode": code,
         "timed_out": timed_out,
         "disk_exceeded": disk_exceeded,
@@ -446,7 +488,7 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
 def main() -> None:
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: a test's orphans become ours, to kill
     _prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem for the tests we fork
-    own = [name for name in os.environ.get("RALPH_OWN_MODULES", "").split(",") if name]
+    own = [name for name in _SETTINGS.get("RALPH_OWN_MODULES", "").split(",") if name]
     builtin, plugins = _pytest_plugins(set(own))
     loaded = _preload(["ralph_pytest_report", *builtin, *plugins, *sys.argv[1:]])
     _forget_project_modules(own, os.getcwd())
@@ -455,26 +497,33 @@ def main() -> None:
     # preloaded modules cost ~40 ms a run here.
     gc.collect()
     gc.freeze()
-    out = sys.stdout
+    out = os.fdopen(_CHANNEL[1], "w", closefd=False) if _CHANNEL[1] > 2 else sys.stdout
     out.write(json.dumps({"ready": True, "preloaded": loaded}) + "\n")
     out.flush()
-    sparing = os.environ.get("RALPH_SPARE") == "1"
+    sparing = _SETTINGS.get("RALPH_SPARE") == "1"
     spare: _Spare | None = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
+    template: dict | None = None  # the last request, for the spare the host may allow next
+    while True:
+        try:
+            request = _next_message()
+        except (EOFError, ValueError):
+            return
         if request.get("discard_spare"):  # the workspace it configured on was not the state's
             if spare is not None:
                 spare.discard()
                 spare = None
             continue
+        if request.get("spare_now"):  # the host saw nothing of the last request left: fork ahead
+            if sparing and spare is None and template is not None:
+                spare = _Spare(template)
+            continue
         reply = _serve_one(request, spare)
         if spare is not None and spare.status == b"tainted":
             sparing = False  # configuring imports the project (a plugin or ini setting): never again
+        spare = None
+        template = request if request.get("spare") else None
         out.write(json.dumps(reply) + "\n")
         out.flush()
-        spare = _Spare(request) if sparing and request.get("spare") else None
 
 
 if __name__ == "__main__":
