@@ -19,6 +19,7 @@ from pathlib import Path
 from ralph.domain.candidate import FileChange, shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 from sandboxes.local import Started
+from validators.ruff import config_args, ruff_config
 from validators.toolchain import Toolchain
 
 _MAX_TEXT = 512 << 10  # its formatted text comes back whole (the output cap is 1 MiB)
@@ -66,6 +67,7 @@ class FormatValidator:
         self.binary = binary
         self.how = how  # why the project counts as formatted with ruff; None: it does not
         self.formatted: dict[tuple[str, str], str] = {}  # (path, text) -> its formatted text
+        self.config = ruff_config(toolchain.project, toolchain.root)  # as found at the start
 
     @property
     def enabled(self) -> bool:
@@ -139,6 +141,7 @@ class FormatValidator:
             "--quiet",
             "--no-cache",
             "--force-exclude",
+            *config_args(self.config),
             f"--stdin-filename={path}",
             "-",
         ]

@@ -47,6 +47,13 @@ def ruff_config(project: Path, root: Path | None = None) -> Path | None:
         here = here.parent
 
 
+def config_args(config: Path | None) -> list[str]:
+    """How ruff is told its configuration: the file found at the start, explicitly, or none at all.
+    ruff never looks for one itself: a configuration planted in the workspace (a nested `ruff.toml`
+    extending a file outside it, say) would decide what the host's ruff reads and prints."""
+    return ["--isolated"] if config is None else [f"--config={config}"]
+
+
 class RuffValidator:
     name = "ruff"
 
@@ -70,9 +77,7 @@ class RuffValidator:
     def _argv(self, *args: str, select: Sequence[str] | None = None) -> list[str]:
         """ruff's command line: the project's configuration, or `--isolated` and our rule set; with
         `select`, only those rules (from whichever of the two applies)."""
-        argv = [self.binary, *args, "--no-cache", "--force-exclude"]
-        if self.config is None:
-            argv.append("--isolated")
+        argv = [self.binary, *args, "--no-cache", "--force-exclude", *config_args(self.config)]
         rules = select if select is not None else (DEFAULT_RULES if self.config is None else None)
         if rules is not None:
             argv.append(f"--select={','.join(rules)}")
