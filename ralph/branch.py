@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -10,13 +13,21 @@ from ralph.domain.errors import GitError, RalphError, UnsafePath
 from ralph.gitops import (
     Snapshot,
     commit_changes,
-    read_blob,
+    differing_paths,
+    ignored_paths,
     run_git,
     same_as_stored,
     set_branch,
     working_bytes,
 )
-from sandboxes.workspace import as_text, encode_like
+from sandboxes.workspace import (
+    as_text,
+    encode_like,
+    open_dir,
+    safe_parts,
+    stat_and_read_beneath,
+    write_beneath,
+)
 
 Encode = Callable[[str, str], bytes]
 
@@ -60,53 +71,76 @@ class RalphBranch:
         """Toplevel-relative paths of the files the branch changed (none before its first commit)."""
         if self.tip is None:
             return []
-        names = run_git(self.snap.toplevel, "diff", "--name-only", "-z", self.snap.commit, self.tip)
-        return [p for p in names.split("\0") if p]
+        return differing_paths(self.snap.toplevel, self.snap.commit, self.tip)
 
-    def changed(self) -> dict[str, str | None]:
-        """Toplevel-relative path -> content at the tip (None: deleted), for files the branch changed."""
-        return {p: read_blob(self.snap.toplevel, self.tip or "", p) for p in self.changed_paths()}
+    def apply_scope(self) -> tuple[list[str], list[str]]:
+        """What `--apply` writes: the files the branch changed whose content at the tip is not what the
+        user had at the start (the workspace's files, untracked ones included); and what it leaves on
+        the branch only: new files under a path git ignores (a `.venv/`, `.ralph/`), never the user's."""
+        if self.tip is None:
+            return [], []
+        toplevel = self.snap.toplevel
+        changed = set(self.changed_paths()) & set(differing_paths(toplevel, self.snap.files_tree, self.tip))
+        had = set(run_git(toplevel, "ls-tree", "-r", "--name-only", "-z", self.snap.files_tree).split("\0"))
+        ignored = ignored_paths(toplevel, sorted(changed - had))
+        return sorted(changed - ignored), sorted(ignored)
 
-    def apply_to_working_tree(self) -> list[str]:
-        """Write the branch's changes into the user's working tree (not the index), only where the
-        files are still as they were at the snapshot; otherwise change nothing and raise."""
-        changed = self.changed()
+    def apply_to_working_tree(self, notice: Callable[[str], None] = lambda _: None) -> list[str]:
+        """Write the branch's changes (`apply_scope`) into the user's working tree (not the index), only
+        where the files are still as they were at the snapshot; otherwise change nothing and raise.
+        No write or removal goes through a symlink. Returns the paths written."""
+        paths, ignored = self.apply_scope()
+        if ignored:
+            notice(f"--apply left on branch {self.name} only (paths git ignores): {', '.join(ignored)}")
+        toplevel = self.snap.toplevel
         # Against the workspace's starting files (untracked ones included), as `git status` judges.
-        moved = [
-            path
-            for path in changed
-            if not same_as_stored(self.snap.toplevel, self.snap.toplevel / path, self.snap.files_tree, path)
-        ]
+        moved = [p for p in paths if not same_as_stored(toplevel, toplevel / p, self.snap.files_tree, p)]
         if moved:
             raise RalphError(
-                f"--apply refused: changed since the run started: {', '.join(sorted(moved))} "
+                f"--apply refused: changed since the run started: {', '.join(moved)} "
                 f"(the fix is on branch {self.name})"
             )
-        for path, content in changed.items():
-            target = self.snap.toplevel / path
-            data = None
-            if content is not None:  # the fix, with the line endings the user's file has
-                current = _read(target)
-                fixed = working_bytes(self.snap.toplevel, self.tip or "", path)
-                text = as_text(fixed) if fixed is not None else None
-                try:
-                    data = encode_like(text, current) if current is not None and text is not None else fixed
-                except UnsafePath:  # mixed line endings in the user's file: git's own conversion
-                    data = fixed
-            if data is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(f".{target.name}.ralph-tmp")
-                tmp.write_bytes(data)
-                if target.exists():
-                    tmp.chmod(target.stat().st_mode)
-                tmp.replace(target)
-        return sorted(changed)
+        if linked := [p for p in paths if not _reachable(toplevel, p)]:
+            raise RalphError(
+                f"--apply refused: a symlink on the way to {', '.join(linked)} (the fix is on branch {self.name})"
+            )
+        for path in paths:
+            fixed = working_bytes(toplevel, self.tip or "", path)
+            try:
+                _write(toplevel, path, fixed)
+            except (OSError, UnsafePath) as exc:
+                raise RalphError(
+                    f"--apply stopped at {path}: {exc} (the fix is on branch {self.name})"
+                ) from None
+        return paths
 
 
-def _read(file: Path) -> bytes | None:
+def _reachable(root: Path, path: str) -> bool:
+    """Whether every folder on the way to `root/path` that exists is a folder, not a symlink."""
     try:
-        return file.read_bytes()
-    except FileNotFoundError:
-        return None
+        parts = safe_parts(path)
+        with open_dir(root, parts[:-1]):
+            return True
+    except FileNotFoundError:  # folders to make: the ones there were followed without a link
+        return True
+    except (OSError, UnsafePath):
+        return False
+
+
+def _write(root: Path, path: str, fixed: bytes | None) -> None:
+    """`root/path` made `fixed` (None: removed), with the line endings and mode the user's file has,
+    through no symlink."""
+    parts = safe_parts(path)
+    if fixed is None:
+        with contextlib.suppress(FileNotFoundError), open_dir(root, parts[:-1]) as dir_fd:
+            os.unlink(parts[-1], dir_fd=dir_fd)
+        return
+    data, mode = fixed, None
+    found = stat_and_read_beneath(root, path)
+    if found is not None:  # the fix, with the line endings the user's file has
+        info, current = found
+        text = as_text(fixed)
+        mode = stat.S_IMODE(info.st_mode)
+        with contextlib.suppress(UnsafePath):  # mixed line endings in the user's file: git's own conversion
+            data = encode_like(text, current) if text is not None else fixed
+    write_beneath(root, path, data, mode=mode)

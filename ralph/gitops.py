@@ -28,20 +28,31 @@ IDENTITY = {
 }
 
 
-def run_git(repo: Path, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None) -> str:
-    """Run one git command in `repo` with ralph's safe configuration; raise GitError on failure."""
-    return run_git_bytes(repo, *args, env=env, input=input).decode(errors="replace")
+def run_git(
+    repo: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+    answers: tuple[int, ...] = (0,),
+) -> str:
+    """Run one git command in `repo` with ralph's safe configuration; raise GitError on failure (an
+    exit code not in `answers`: check-ignore's 1, say, means "none", not a failure)."""
+    return run_git_bytes(repo, *args, env=env, input=input, answers=answers).decode(errors="replace")
 
 
 def run_git_bytes(
-    repo: Path, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
+    repo: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+    answers: tuple[int, ...] = (0,),
 ) -> bytes:
     """`run_git`, its output as bytes (file contents)."""
     full_env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     proc = subprocess.run(
         ["git", *SAFE_CONFIG, *args], cwd=repo, env=full_env, input=input, capture_output=True, check=False
     )
-    if proc.returncode != 0:
+    if proc.returncode not in answers:
         message = [line for line in proc.stderr.decode(errors="replace").strip().splitlines() if line.strip()]
         # git's first line says what failed (a lock file, say), its last what to do.
         said = " ".join(dict.fromkeys([message[0], message[-1]])) if message else str(proc.returncode)
@@ -269,9 +280,25 @@ def same_as_stored(toplevel: Path, file: Path, treeish: str, path: str) -> bool:
     return stored in hashes
 
 
-def read_blob(toplevel: Path, commit: str, path: str) -> str | None:
-    """A file's content at `commit`, or None when it does not exist there."""
-    try:
-        return run_git(toplevel, "show", f"{commit}:{path}")
-    except GitError:
-        return None
+def differing_paths(toplevel: Path, old: str, new: str) -> list[str]:
+    """Toplevel-relative paths of the files whose content or mode differs between two tree-ishes (a
+    rename is a deletion and an addition: both paths)."""
+    names = run_git(toplevel, "diff", "--name-only", "--no-renames", "-z", old, new)
+    return [p for p in names.split("\0") if p]
+
+
+def ignored_paths(toplevel: Path, paths: list[str]) -> set[str]:
+    """Those of the toplevel-relative `paths` that git's ignore rules cover (.gitignore files,
+    info/exclude, core.excludesFile), whether a file is there or not."""
+    if not paths:
+        return set()
+    found = run_git(
+        toplevel,
+        "check-ignore",
+        "--no-index",
+        "-z",
+        "--stdin",
+        input="\0".join(paths).encode() + b"\0",
+        answers=(0, 1),  # 1: none of them is ignored
+    )
+    return {p for p in found.split("\0") if p}
