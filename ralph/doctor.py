@@ -80,8 +80,22 @@ def diagnose(project: Path, config: RunConfig) -> dict[str, Any]:
             "mypy_configured": mypy_configured(project),
             "coverage": _module_in(python, "coverage"),
         },
-        "sandbox": {"bubblewrap": shutil.which("bwrap") is not None},
+        "sandbox": _sandbox_facts(),
     } | _resolved(config)
+
+
+def _sandbox_facts() -> dict[str, Any]:
+    """Whether candidates can be sandboxed here, as whom, and why not when they cannot."""
+    from sandboxes.bwrap import available, sandbox_ids
+
+    why = available() if shutil.which("bwrap") is not None else None
+    ids = sandbox_ids()
+    return {
+        "bubblewrap": shutil.which("bwrap") is not None,
+        "usable": shutil.which("bwrap") is not None and why is None,
+        **({"why_not": why} if why else {}),
+        "runs_as": f"uid {ids[0]}, gid {ids[1]} (no capabilities)" if ids else "this user (no capabilities)",
+    }
 
 
 def _resolved(config: RunConfig) -> dict[str, Any]:
@@ -102,6 +116,10 @@ def problems(facts: dict[str, Any]) -> list[tuple[str, str]]:
     if not facts["sandbox"]["bubblewrap"]:
         found.append(
             ("bubblewrap is missing: candidate code cannot be sandboxed", "sudo apt-get install bubblewrap")
+        )
+    elif why := facts["sandbox"].get("why_not"):
+        found.append(
+            (f"the sandbox cannot run: {why}", "pip install pyseccomp; sudo apt-get install libseccomp2")
         )
     if not checks["git"]:
         found.append(("git is missing", "sudo apt-get install git"))

@@ -1,0 +1,235 @@
+"""A hostile candidate against the sandbox itself, as root and as an unprivileged user: it gets no
+privilege the host honours, cannot reach or forge the host's channels, reads nothing masked, and
+nothing of it runs while the host works on the workspace.
+
+Candidates come through `replay:FILE` and run through the real loop in real bubblewrap; each probe
+is built so that a failing defence turns into a wrong verdict (a wrong fix taken, a true one lost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ralph.trace import read_trace
+from sandboxes import seccomp
+from sandboxes.bwrap import BwrapSandbox, available, sandbox_ids
+from sandboxes.workspace import _chmod_dir
+from tests.conftest import BUGGY_WINDOWS, run_ralph
+from tests.test_sound_verdicts import FIXED, WRONG, replay, run_fix
+
+needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap cannot run here: {available()}")
+PY = sys.executable
+
+
+def _with_probe(source: str, probe: str) -> str:
+    """`source` (the windows module) whose `sliding_sums` is right only when `probe` (run once at
+    import, setting BREACHED) found no way out: a defence that fails makes the fix wrong."""
+    fixed_line = "    return [sum(xs[i : i + k]) for i in range(len(xs) - k + 1)]"
+    assert fixed_line in source
+    guarded = "    return [sum(xs[i : i + k]) for i in range(len(xs) - k + 1 - BREACHED)]"
+    return probe + "\n\n" + source.replace(fixed_line, guarded)
+
+
+def _goal(outcome) -> bool:
+    return outcome.result.outcome == "goal" and outcome.branch is not None
+
+
+# No privilege inside the sandbox
+
+
+CORE_PATTERN = """import os
+BREACHED = 0
+try:  # writes back the value it read: harmless should it ever succeed
+    with open("/proc/sys/kernel/core_pattern", "r+") as f:
+        f.write(f.read())
+    BREACHED = 1
+except OSError:
+    pass
+"""
+
+
+@needs_bwrap
+def test_a_candidate_cannot_write_the_kernels_settings(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    drafter = replay(
+        tmp_path,
+        {"description": "fix + core_pattern", "files": {"windows.py": _with_probe(FIXED, CORE_PATTERN)}},
+    )
+    assert _goal(run_fix(repo, drafter, max_iterations=1))
+
+
+@needs_bwrap
+def test_the_sandbox_runs_unprivileged_with_a_syscall_filter(tmp_path):
+    box = BwrapSandbox(tmp_path)
+    code = """
+import json, os, subprocess
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+def refused(argv):
+    return subprocess.run(argv, capture_output=True).returncode != 0
+print(json.dumps({
+    "uid": os.getuid(), "caps": status["CapEff"].strip(), "bounding": status["CapBnd"].strip(),
+    "seccomp": status["Seccomp"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+    "userns": refused(["unshare", "--user", "true"]), "mount": refused(["unshare", "--mount", "true"]),
+}))
+"""
+    result = box.run([PY, "-c", code], cwd=str(tmp_path), timeout_s=30)
+    assert result.ok, result.output
+    seen = json.loads(result.output.strip().splitlines()[-1])
+    assert seen["caps"] == "0000000000000000" and seen["seccomp"] == "2" and seen["no_new_privs"] == "1"
+    assert seen["userns"] and seen["mount"]  # (seccomp refuses unshare; no new user namespace)
+    if os.geteuid() == 0:  # root: an id of nobody on the host, no capability even in the bounding set
+        assert seen["uid"] == sandbox_ids()[0] != 0 and seen["bounding"] == "0000000000000000"
+    else:
+        assert seen["uid"] == os.getuid()
+
+
+def test_the_filter_refuses_what_no_test_needs():
+    program = seccomp.program()
+    assert isinstance(program, bytes) and len(program) > 8
+    assert {"ptrace", "mount", "keyctl", "bpf", "perf_event_open", "kexec_load", "init_module"} <= set(
+        seccomp.DENIED
+    )
+    assert {"userfaultfd", "unshare", "setns"} <= set(seccomp.DENIED)
+
+
+# The host's channels
+
+
+FORGER = """import glob, json, os
+BREACHED = 0
+forged = 0
+for path in glob.glob("/proc/*/fd/*"):  # bwrap's init, the worker, anything a test can reach
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        continue
+    try:
+        for i in range(1, 40):
+            reply = {"id": i, "returncode": 0, "timed_out": False, "seconds": 0.01, "disk_exceeded": False,
+                     "leftovers_alive": False, "leftovers": 0, "readied": False}
+            os.write(fd, (json.dumps(reply) + "\\n").encode())
+        forged += 1
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+if os.fork() == 0:  # and stay: a helper that outlives the request
+    os.setsid()
+    import time
+    time.sleep(60)
+    os._exit(0)
+"""
+
+
+@needs_bwrap
+def test_a_forged_worker_reply_never_gives_a_verdict(make_repo, tmp_path):
+    """A wrong fix whose tests try to write passing replies into every descriptor they can open,
+    then leave a daemon: no reply of theirs is taken, and the wrong fix never becomes the goal; a
+    true fix after it is still judged on its own."""
+    repo = make_repo(BUGGY_WINDOWS)
+    wrong = FORGER + "\n\n" + WRONG
+    drafter = replay(
+        tmp_path,
+        {"description": "forge", "files": {"windows.py": wrong}},
+        {"description": "fix", "files": {"windows.py": FIXED}},
+    )
+    outcome = run_fix(repo, drafter, max_iterations=2)
+    records = read_trace(outcome.trace)
+    candidates = [c for r in records if r["type"] == "iteration" for c in r["candidates"]]
+    assert candidates[0]["verdict"] == "rejected"
+    assert _goal(outcome)
+    shown = subprocess.run(
+        ["git", "show", f"{outcome.branch}:windows.py"], cwd=repo, capture_output=True, text=True, check=True
+    )
+    assert shown.stdout == FIXED
+
+
+# Masked stays masked
+
+
+@needs_bwrap
+def test_a_tool_on_path_under_home_exposes_its_bin_and_nothing_beside_it(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    tool = home / ".sometool"
+    (tool / "bin").mkdir(parents=True)
+    (tool / "credentials.toml").write_text("token = 'canary-4711'\n")
+    (tool / "bin" / "sometool").write_text("#!/bin/sh\necho tool ran\n")
+    (tool / "bin" / "sometool").chmod(0o755)
+    for folder in (tmp_path, home, tool, tool / "bin"):
+        folder.chmod(0o755)
+    monkeypatch.setenv("HOME", str(home))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    box = BwrapSandbox(workspace)
+    path = f"{tool / 'bin'}:/usr/bin:/bin"
+    ran = box.run(["sometool"], cwd=str(workspace), env={"PATH": path})
+    assert ran.ok and "tool ran" in ran.output
+    # (read from inside, as a test would: a path among the command's own arguments is bound in)
+    read = box.run(
+        ["sh", "-c", "cat $HOME/.sometool/credentials.toml"], cwd=str(workspace), env={"PATH": path}
+    )
+    assert not read.ok and "canary-4711" not in read.output
+
+
+# Restore follows no link
+
+
+def test_a_directory_swapped_for_a_link_is_never_chmodded_through(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o700)
+    outside.chmod(0o700)
+    (tmp_path / "ws").mkdir()
+    os.symlink(outside, tmp_path / "ws" / "tests")
+    fd = os.open(tmp_path / "ws", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError):
+            _chmod_dir("tests", 0o777, fd)
+    finally:
+        os.close(fd)
+    assert (outside.stat().st_mode & 0o777) == 0o700
+
+
+# Host tools read only the configuration found at the start
+
+
+def test_a_planted_nested_ruff_config_is_never_read_by_the_host(tmp_path):
+    from sandboxes.local import LocalSandbox
+    from validators.ruff import RuffValidator
+    from validators.toolchain import Toolchain
+
+    (tmp_path / "pyproject.toml").write_text('[tool.ruff.lint]\nselect = ["F"]\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "m.py").write_text("import os\n")
+    secret = tmp_path / "secret.toml"
+    secret.write_text("first line of a masked file\n")
+    (tmp_path / "sub" / "ruff.toml").write_text(f'extend = "{secret}"\n')
+    ruff = RuffValidator(Toolchain(PY, LocalSandbox(), tmp_path))
+    argv = ruff._argv("check", "--output-format=json", "--exit-zero")
+    assert f"--config={tmp_path / 'pyproject.toml'}" in argv
+    result = subprocess.run(
+        [*argv, "--", "sub/m.py"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "first line" not in result.stdout + result.stderr
+    assert "F401" in result.stdout  # the project's own settings still apply
+
+
+# Through the real entry point, as a user runs it
+
+
+@needs_bwrap
+def test_the_kernel_settings_probe_through_the_command_line(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    drafter = replay(
+        tmp_path,
+        {"description": "fix + core_pattern", "files": {"windows.py": _with_probe(FIXED, CORE_PATTERN)}},
+    )
+    proc = run_ralph(
+        "fix", str(repo), "--drafter", drafter, "--candidates", "1", "--max-iterations", "1", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "goal"
