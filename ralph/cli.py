@@ -17,6 +17,7 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from ralph.domain.errors import RalphError
+from ralph.trace import one_line
 
 if TYPE_CHECKING:
     from ralph.config import RunConfig
@@ -205,9 +206,13 @@ def _run_fix(
         raise RalphError(f"{path}: no such directory")
     config, resumed = _fix_config(path, overrides, resume)
     console = _stdout()
-    outcome = _run_session(
-        path, config, resumed, console, branch=branch, apply=apply, trace=trace, quiet=as_json
-    )
+    try:
+        outcome = _run_session(
+            path, config, resumed, console, branch=branch, apply=apply, trace=trace, quiet=as_json
+        )
+    except KeyboardInterrupt:  # outside the loop (which ends with a summary): typer exits 130 silently
+        err.print("ralph: interrupted", highlight=False)
+        raise
     summary = _fix_summary(outcome, path)
     if as_json:
         print(json.dumps(summary))
@@ -664,7 +669,8 @@ for _typer in (app, bench):
 
 
 def main() -> None:
-    """Entry point: bad input is one line on stderr and exit 2, never a traceback."""
+    """Entry point: bad input is one line on stderr and exit 2, an interrupt exit 130, anything else
+    (a bug) one line and exit 3; never a traceback (unless RALPH_DEBUG is set)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     # A background start may have ignored SIGINT; Ctrl-C must interrupt the run (exit 130).
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -675,7 +681,7 @@ def main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except RalphError as exc:
-        err.print(f"ralph: error: {exc}", highlight=False, markup=False)
+        err.print(f"ralph: error: {one_line(exc)}", highlight=False, markup=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("ralph: interrupted", highlight=False)
@@ -687,7 +693,9 @@ def main() -> None:
         if os.environ.get("RALPH_DEBUG"):
             raise
         err.print(
-            f"ralph: internal error: {type(exc).__name__}: {exc} (RALPH_DEBUG=1 shows details)", markup=False
+            f"ralph: internal error: {one_line(exc)} (RALPH_DEBUG=1 shows details)",
+            highlight=False,
+            markup=False,
         )
         sys.exit(3)
 

@@ -7,6 +7,7 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from ralph.gitops import (
 )
 from ralph.loop import Budget, Lane, Loop, RunResult
 from ralph.report import undone
-from ralph.trace import TraceWriter, read_trace
+from ralph.trace import TraceWriter, one_line, read_trace
 from router import create_router
 from sandboxes import hold_owner_lock, remove_owned, require_sandbox, select_sandbox, sweep_stale
 from sandboxes.workspace import Workspace
@@ -218,40 +219,42 @@ def fix(
         resume.trace if resume else snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
     )
     sweep_stale()  # what a run killed with SIGKILL left
+    start = _start_record(run_id, config, snap, branch_name, drafters, resume)
+    ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
     with contextlib.ExitStack() as stack:  # undone in reverse: verifier, sandboxes, trace, files, lock
         tmp = _private_dir(stack)
         trace = stack.enter_context(contextlib.closing(TraceWriter(trace_path)))
-        workspace = _workspace(tmp, snap, branch_name, resume)
-        toolchain = _toolchain(stack, tmp, workspace, snap, config, view)
-        verifier = _verifier(toolchain, config, snap, only)
-        stack.callback(verifier.close)
-        start = _start_record(run_id, config, snap, branch_name, drafters, toolchain.python, resume)
-        state = _baseline(verifier, trace, start, resume, view)
-        baseline_s = time.monotonic() - began
-        workspace.capture()  # what every candidate starts from, exactly
-        gate = _background_gate(stack, tmp, workspace, toolchain, verifier, config, state)
-        lanes = _lanes(stack, tmp, workspace, toolchain, verifier, config)
-        ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
-        loop = Loop(
-            task=config.task,
-            workspace=workspace,
-            verifier=verifier,
-            drafters=drafters,
-            router=router,
-            branch=ralph_branch,
-            trace=trace,
-            view=view,
-            budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
-            protected=verifier.protected,
-            gate=gate,
-            lanes=lanes,
-        )
-        result = _drive(loop, state, resume, trace, branch_name)
-        result.wall_s = time.monotonic() - began  # the whole run, the baseline included
-        applied = _apply(ralph_branch, view) if apply else []
-        _write_end(trace, result, ralph_branch, branch_name, applied, baseline_s)
-        done = _outcome(run_id, result, ralph_branch, trace_path, applied, apply, verifier.notices)
-        return replace(done, python=toolchain.python, baseline_s=baseline_s)
+        with _ends_in_trace(trace, start, ralph_branch):  # a crash, too, ends the trace saying why
+            workspace = _workspace(tmp, snap, branch_name, resume)
+            toolchain = _toolchain(stack, tmp, workspace, snap, config, view)
+            start["python"] = toolchain.python
+            verifier = _verifier(toolchain, config, snap, only)
+            stack.callback(verifier.close)
+            state = _baseline(verifier, trace, start, resume, view)
+            baseline_s = time.monotonic() - began
+            workspace.capture()  # what every candidate starts from, exactly
+            gate = _background_gate(stack, tmp, workspace, toolchain, verifier, config, state)
+            lanes = _lanes(stack, tmp, workspace, toolchain, verifier, config)
+            loop = Loop(
+                task=config.task,
+                workspace=workspace,
+                verifier=verifier,
+                drafters=drafters,
+                router=router,
+                branch=ralph_branch,
+                trace=trace,
+                view=view,
+                budget=Budget(config.max_iterations, config.max_seconds, config.max_cost),
+                protected=verifier.protected,
+                gate=gate,
+                lanes=lanes,
+            )
+            result = _drive(loop, state, resume)
+            result.wall_s = time.monotonic() - began  # the whole run, the baseline included
+            applied = _apply(ralph_branch, view) if apply else []
+            _write_end(trace, result, ralph_branch, branch_name, applied, baseline_s)
+            done = _outcome(run_id, result, ralph_branch, trace_path, applied, apply, verifier.notices)
+            return replace(done, python=toolchain.python, baseline_s=baseline_s)
 
 
 def _starting_point(
@@ -442,10 +445,10 @@ def _start_record(
     snap: Snapshot,
     branch_name: str,
     drafters: dict[str, Drafter],
-    python: str,
     resume: Resume | None,
 ) -> dict[str, object]:
-    """The run_start record's fields, before the baseline is known."""
+    """The run_start record's fields, before the interpreter (`python`, added once found) and the
+    baseline are known."""
     return {
         "run_id": run_id,
         "task": config.task,
@@ -458,7 +461,7 @@ def _start_record(
         "branch": branch_name,
         "config": config.model_dump(),
         "drafters": {d.name: type(d).__name__ for d in drafters.values()},
-        "python": python,
+        "python": None,
         "started": time.time(),
         **({"resumed_after": resume.iterations} if resume else {}),
     }
@@ -467,14 +470,11 @@ def _start_record(
 def _baseline(
     verifier: Verifier, trace: TraceWriter, start: dict[str, object], resume: Resume | None, view: View
 ) -> Observation:
-    """Verify the starting state in full and write the run_start record (with why, when it fails)."""
+    """Verify the starting state in full and write the run_start record (`_ends_in_trace` writes it,
+    with why, when the baseline fails)."""
     verifier.tests.progress = lambda text: view.progress(f"verifying the starting state · {text}")
     try:
         state, stages = verifier.baseline()
-    except RalphError as exc:
-        trace.write("run_start", **start, baseline={"error": str(exc)})
-        trace.write("run_end", outcome="error", error=str(exc), iterations=0)
-        raise
     finally:
         verifier.tests.progress = None
     if resume is not None:  # scores stay relative to the run's original starting state
@@ -498,21 +498,32 @@ def _baseline(
     return state
 
 
-def _drive(
-    loop: Loop, state: Observation, resume: Resume | None, trace: TraceWriter, branch_name: str
-) -> RunResult:
-    """Run the loop; a run that fails (a full disk, a stale lock) still says so in its trace."""
+def _drive(loop: Loop, state: Observation, resume: Resume | None) -> RunResult:
+    """Run the loop from the verified `state`, counting what a resumed run already spent and rejected."""
+    return loop.run(
+        state,
+        done=(resume.iterations, resume.cost_usd) if resume else (0, 0.0),
+        rejected=resume.rejected if resume else frozenset(),
+    )
+
+
+@contextlib.contextmanager
+def _ends_in_trace(trace: TraceWriter, start: dict[str, object], branch: RalphBranch) -> Iterator[None]:
+    """A run that stops by an exception (bad input found late, a full disk, a stale lock, a bug in a
+    plugin or in ralph, Ctrl-C) still ends its trace: run_end says `interrupted`, or `error` and why
+    on one line (after a run_start, when the baseline was not reached); the exception goes on."""
     try:
-        return loop.run(
-            state,
-            done=(resume.iterations, resume.cost_usd) if resume else (0, 0.0),
-            rejected=resume.rejected if resume else frozenset(),
-        )
-    except RalphError as exc:
-        with contextlib.suppress(RalphError, OSError):
-            trace.write(
-                "run_end", outcome="error", error=str(exc), branch=branch_name, final_commit=loop.branch.tip
-            )
+        yield
+    except BaseException as exc:
+        if trace.last != "run_end":
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            why = {"outcome": "interrupted"} if interrupted else {"outcome": "error", "error": one_line(exc)}
+            with contextlib.suppress(RalphError, OSError):  # the trace itself may be what failed
+                if trace.last is None:
+                    trace.write("run_start", **start, baseline={"error": why.get("error", "interrupted")})
+                trace.write(
+                    "run_end", **why, branch=branch.name if branch.tip else None, final_commit=branch.tip
+                )
         raise
 
 
@@ -521,7 +532,7 @@ def _apply(ralph_branch: RalphBranch, view: View) -> list[str]:
     if not ralph_branch.tip:
         return []
     try:
-        return ralph_branch.apply_to_working_tree()
+        return ralph_branch.apply_to_working_tree(view.notice)
     except RalphError as exc:
         view.notice(str(exc))
         return []

@@ -2,7 +2,8 @@
 
 A public format; these names are stable: every record has `type` (run_start, iteration, run_end) and
 `schema`; an iteration has `i`, `drafter`, `remaining_before`, `remaining_after`, `draft_ms`,
-`verify_ms` and `candidates`; run_end has `outcome`.
+`verify_ms` and `candidates`; run_end has `outcome` (and, when the run failed, `error`: why, on one
+line).
 """
 
 from __future__ import annotations
@@ -25,12 +26,19 @@ class TraceError(RalphError):
 
 
 class TraceWriter:
-    """Appends records to a trace file; a crash never loses a record that was written."""
+    """Appends records to a trace file; a crash never loses a record that was written, and a trace
+    that never got one (a disk full from the start) is not left behind empty."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.last: str | None = None  # the type of the last record written whole, None before the first
+        self._made: list[Path] = []  # directories made for the trace, removed with it when left empty
+        try:
+            self._make_parents()
+            self._fd, self._created = _open_append(path)
+        except OSError as exc:
+            self._remove_made()
+            raise TraceError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
 
     def write(self, type_: str, **fields: Any) -> None:
         """Append one record whole, or not at all: a short write (a full disk) is cut back off and
@@ -50,6 +58,7 @@ class TraceWriter:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, start)
             raise
+        self.last = type_
 
     def _write(self, data: memoryview) -> int:
         written = os.write(self._fd, data)
@@ -58,9 +67,45 @@ class TraceWriter:
         return written
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the file; one this writer created and never wrote a record to is removed, with the
+        directories made for it (a file that was there before, a resumed run's, always stays)."""
+        if self._fd < 0:
+            return
+        os.close(self._fd)
+        self._fd = -1
+        if self._created and self.last is None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            self._remove_made()
+
+    def _make_parents(self) -> None:
+        missing = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
+        for folder in reversed(missing):  # outermost first
+            with contextlib.suppress(FileExistsError):  # made meanwhile, by another run: not ours
+                folder.mkdir()
+                self._made.append(folder)
+
+    def _remove_made(self) -> None:
+        for folder in reversed(self._made):  # innermost first; one that holds anything stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        self._made = []
+
+
+def _open_append(path: Path) -> tuple[int, bool]:
+    """A descriptor appending to `path`, and whether this call created the file."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        return os.open(path, flags), False
+
+
+def one_line(exc: BaseException) -> str:
+    """Why a run failed, on one line (a run_end's `error`, the command line's message): a RalphError's
+    message (written for people), any other exception's type and message."""
+    text = str(exc) if isinstance(exc, RalphError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
+    return " ".join(text.split())
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
