@@ -7,8 +7,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ralph.domain.candidate import POLICY_RULES
 from ralph.domain.errors import RalphError
 
 
@@ -94,6 +95,12 @@ class RunConfig(BaseModel):
     plausibility: Literal["reject", "warn", "off"] = "reject"
     """Signs of a wrong fix (a parameter that becomes unused, a name compared with itself, branches
     that became the same): reject the candidate, only warn in the trace, or do not look."""
+    allow: list[str] = Field(default_factory=list)
+    """Policy rules this project turns off (see POLICY_RULES): "harness" (pytest's internals and
+    hooks in added lines: a pytest plugin's own code), "test-framework" (importing pytest into code
+    that is not a test), "dynamic-code" (exec, imports by name, frames, getattr on a module by a
+    computed name), "silencing" (noqa, type: ignore and their kind), "installed-files",
+    "ignored-files" (writing into installed packages, or new files git ignores)."""
     api_changes: bool = False
     """Let a candidate change the public API of the project's package (remove or rename a public
     function, a parameter, a default); by default such a candidate is rejected, naming the break."""
@@ -120,6 +127,14 @@ class RunConfig(BaseModel):
                 raise ValueError(f'checks."{command}".{where}: {first["msg"]}') from None
         paths = {command: s.paths for command, s in settings.items() if s.paths is not None}
         return {**data, "checks": list(table), "check_paths": paths}
+
+    @field_validator("allow")
+    @classmethod
+    def _known_rules(cls, value: list[str]) -> list[str]:
+        unknown = [rule for rule in value if rule not in POLICY_RULES]
+        if unknown:
+            raise ValueError(f"unknown rule {unknown[0]!r}: the rules are {', '.join(POLICY_RULES)}")
+        return value
 
     @property
     def gates_in_background(self) -> bool:

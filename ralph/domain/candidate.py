@@ -24,6 +24,11 @@ PROTECTED_TESTS = (
 )
 
 
+# The policy stage's rules a project may turn off with `[tool.ralph] allow = [...]`: what no fix
+# needs and a forged verdict does (validators/policy.py says what each refuses).
+POLICY_RULES = ("harness", "test-framework", "dynamic-code", "silencing", "installed-files", "ignored-files")
+
+
 def is_protected(path: str, patterns: Iterable[str]) -> bool:
     """Whether a project-relative path matches one of the glob `patterns`."""
     return any(fnmatch.fnmatch(path, p) for p in patterns)
