@@ -13,7 +13,7 @@ mypy. The steps are declared in `Verifier._steps`; validators/stages.py holds th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,7 +38,16 @@ from validators.format import FormatValidator, formats_with_ruff
 from validators.localize import scored_lines
 from validators.mypy import MypyValidator, plugin_files
 from validators.plausibility import PlausibilityValidator
-from validators.policy import check_scripts, refusal
+from validators.policy import (
+    allowed_rules,
+    check_scripts,
+    git_ignored,
+    interpreter_prefix,
+    literal_glob,
+    project_tests,
+    read_by_tests,
+    refusal,
+)
 from validators.pytest_run import PytestValidator, gate_tests
 from validators.ruff import RuffValidator
 from validators.selection import (
@@ -74,6 +83,9 @@ from validators.syntax import SyntaxValidator
 from validators.toolchain import Toolchain
 from validators.warm import candidates_runner
 
+# The coverage map's entry for the files the baseline's run read (our plugin's record, kept with the
+# coverage it was measured with): not a test.
+OPENED = "<opened>"
 # Tests in the first round of a large fail-fast selection (see `Verifier.run_selected`).
 FIRST_ROUND = 16
 
@@ -84,6 +96,19 @@ def _after(first: StageResult, rest: StageResult) -> StageResult:
     rest.duration_ms += first.duration_ms
     rest.detail += f" (after a first round of {len(first.tests)} passing)"
     return rest
+
+
+def _policy(
+    toolchain: Toolchain, protected: tuple[str, ...], allow: Collection[str] | None
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """What the project's tests are (PROTECTED_TESTS and what its pytest settings say); what no
+    candidate may edit (those, unless test edits are allowed: `protected` empty); the policy's rules
+    the project allows (`allow`, else its `[tool.ralph] allow`); the interpreter's prefix when it
+    lies inside the project."""
+    tests = (*PROTECTED_TESTS, *project_tests(toolchain.project, toolchain.root))
+    protected = tuple(dict.fromkeys((*protected, *tests))) if protected else ()
+    allowed = tuple(allow) if allow is not None else allowed_rules(toolchain.project)
+    return tests, protected, allowed, interpreter_prefix(toolchain.python, toolchain.project)
 
 
 class Verifier:
@@ -109,6 +134,7 @@ class Verifier:
         api_changes: bool = False,
         formatting: bool = True,
         run_budget_s: float | None = None,
+        allow: Collection[str] | None = None,
     ) -> None:
         self.toolchain = toolchain
         self.run_budget_s = run_budget_s  # --max-seconds: a candidate that hangs takes a tenth of it
@@ -116,7 +142,8 @@ class Verifier:
         cache = CoverageCache(coverage_cache, toolchain.project, toolchain.python) if coverage_cache else None
         self.cache = cache
         self.targets = targets
-        self.protected = protected
+        # What the policy judges by (`_policy`); the files the tests read join `protected` at the baseline.
+        self.test_globs, self.protected, self.allow, self.installed = _policy(toolchain, protected, allow)
         self.only = only  # when set, edits outside these files are refused
         # Type-checker plugins and the scripts the checks run decide verdicts: never edited.
         self.plugin_files = plugin_files(toolchain.project) + check_scripts(toolchain.project, checks)
@@ -128,7 +155,7 @@ class Verifier:
         formats = formats_with_ruff(toolchain.project, checks) if formatting else None
         self.format = FormatValidator(toolchain, self.ruff.binary, formats)
         self.mypy = MypyValidator(toolchain) if types else None
-        self.warm = candidates_runner(toolchain, protected) if warm else None
+        self.warm = candidates_runner(toolchain, self.protected) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
         self.gate = gate_tests(toolchain, warm, test_timeout_s)
         self.checks = CommandValidator(toolchain, checks, check_paths)
@@ -193,10 +220,15 @@ class Verifier:
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""
         cached = self.cache.load() if self.cache else None
+        if cached is not None and OPENED not in cached:  # measured before the plugin recorded reads
+            cached = None
         suite = self.tests.baseline(timeout_s, coverage=cached is None)
-        self.coverage = cached if cached is not None else self.tests.last_coverage
-        if self.cache and cached is None and self.coverage:
-            self.cache.store(self.coverage)
+        coverage = cached if cached is not None else self.tests.last_coverage
+        if self.cache and cached is None and coverage:
+            self.cache.store(coverage)
+        coverage = dict(coverage)
+        opened: dict[str, object] = dict(coverage.pop(OPENED, {}))
+        self.coverage = coverage
         # What a healthy run takes: tests that hit the per-test limit (a buggy loop) do not count, or
         # every candidate would get their minutes too.
         hung = sum(t.duration_s for t in suite.tests if "per-test limit" in t.message)
@@ -206,6 +238,9 @@ class Verifier:
         )
         self.test_files = {t.nodeid.split("::")[0] for t in suite.tests}
         self.durations = {t.nodeid: t.duration_s for t in suite.tests}
+        if self.protected:  # what the tests read is theirs: a candidate that edits it edits a test
+            read = read_by_tests(opened, self.toolchain.project, self.is_test_file)
+            self.protected = tuple(dict.fromkeys((*self.protected, *(literal_glob(p) for p in read))))
         self._check_targets(suite)
         stages = [suite, self.ruff.check(Scope(timeout_s=timeout_s))]
         if self.mypy:
@@ -306,7 +341,7 @@ class Verifier:
 
     def is_test_file(self, path: str) -> bool:
         """A file pytest collected tests from at the baseline, or one named like a test file."""
-        return path in self.test_files or is_protected(path, PROTECTED_TESTS)
+        return path in self.test_files or is_protected(path, self.test_globs)
 
     def restored(self, foreign: bool) -> None:
         """The workspace was put back; `foreign`: it had to undo what a candidate's tests wrote
@@ -390,6 +425,7 @@ class Verifier:
             api_changes=self.api.allowed,
             formatting=self.format.enabled,
             run_budget_s=self.run_budget_s,
+            allow=self.allow,
         )
         names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files", "baseline_obs")
         for name in names:
@@ -443,7 +479,26 @@ class Verifier:
 
     def policy(self, candidate: Candidate) -> str | None:
         """Why the candidate may not be verified at all, or None."""
-        return refusal(candidate.changes, self.protected, self.only, self.plugin_files)
+        return refusal(
+            candidate.changes,
+            self.protected,
+            self.only,
+            self.plugin_files,
+            tests=self.test_globs,
+            allow=self.allow,
+            installed=self.installed,
+            ignored=self._ignored,
+        )
+
+    def _ignored(self, paths: Sequence[str]) -> list[str]:
+        """Which of these project paths git ignores, asked in the repository's copy (whose
+        `.gitignore` files no candidate may edit)."""
+        root, project = self.toolchain.root or self.toolchain.project, self.toolchain.project
+        if not project.is_relative_to(root):
+            root = project
+        prefix = "" if root == project else project.relative_to(root).as_posix() + "/"
+        ignored = set(git_ignored(root, [prefix + p for p in paths]))
+        return [p for p in paths if prefix + p in ignored]
 
     def _safe_fixes(self, attempt: Attempt) -> Attempt | None:
         """When the static stages' only objections are new diagnostics that are fixed safely (ruff's

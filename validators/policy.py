@@ -1,23 +1,43 @@
-"""What a candidate may not change, checked before anything runs (pure functions of its changes).
+"""What a candidate may not change, checked before anything runs (functions of its changes, and of
+the project's settings read once).
 
 A verdict is only as good as the configuration it was reached with: a candidate that edits how it is
-verified (the ruff, mypy, pytest or ralph settings, a startup hook of the interpreter) is refused, and
-so is one whose added lines reach into the test harness (pytest's internals, our report plugin,
-`sys.modules` surgery, `os._exit`): no bug fix needs them, and they are how a verdict gets forged.
+verified (the ruff, mypy, pytest or ralph settings, a startup hook of the interpreter), what the tests
+are (the project's pytest settings say where they lie; the files they read at the baseline count as
+theirs), installed packages or files git ignores is refused, and so is one whose added lines reach
+into the test harness (pytest's internals and hooks, our report plugin, `sys.modules` surgery,
+`os._exit`), import the test framework into the code under test, add dynamic code (`exec`, imports
+by name, frames, `getattr` on a module by a computed name) or silence a checker: no bug fix needs
+them, and they are how a verdict gets forged. A project that needs one says so in `[tool.ralph]
+allow` (the rules' names: `_RULES`).
 """
 
 from __future__ import annotations
 
+import ast
+import atexit
+import configparser
+import difflib
+import fnmatch
+import functools
+import glob
+import os
 import posixpath
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import tomllib
+import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ralph.domain.candidate import FileChange, is_protected
+from ralph.domain.candidate import POLICY_RULES, PROTECTED_TESTS, FileChange, is_protected, shared_ends
+from ralph.domain.errors import GitError
 
 # Where pytest's configuration can come from (pyproject.toml: its [tool.pytest...] tables).
 PYTEST_CONFIG_FILES = frozenset(
@@ -45,16 +65,6 @@ CONFIG_FILES = (PYTEST_CONFIG_FILES - {"pyproject.toml"}) | {
     "sitecustomize.py",
     "usercustomize.py",
 }
-
-_HARNESS = re.compile(
-    r"\b_pytest\b|\bralph_\w+|\bRALPH_\w+|\bsys\.modules\b|\bos\._exit\b|\bdef\s+pytest_\w+"
-    r"|\bpluginmanager\b|\b__builtins__\b|\bimport\s+builtins\b|\bfrom\s+builtins\b"
-    r"|\bsys\.set(?:trace|profile)\b|\bPYTEST_\w+|\bpytest_plugins\b"
-    # Skipping or ending a test from the code under test, and comments that silence a checker.
-    r"|\bpytest\.(?:skip|xfail|exit|importorskip)\b|\bSkipTest\b"
-    r"|#\s*(?:noqa|type:\s*ignore|mypy:|ruff:|pragma:\s*no\s*cover)"
-)
-
 
 _INTERPRETERS = re.compile(r"^(?:python[\d.]*w?|pypy[\d.]*|sh|bash|dash|zsh|ksh|node|ruby|perl|Rscript)$")
 # Tools whose own file in the project says what they run.
@@ -209,19 +219,713 @@ def shadowing(changes: Sequence[FileChange]) -> list[str]:
     return found
 
 
-def harness_reach(changes: Sequence[FileChange]) -> list[str]:
-    """Added lines that reach into the test harness, as `path:line: text`."""
+# What the project says its tests are: pytest's own settings, wherever pytest would read them.
+_SETTINGS_SECTIONS = {
+    "pytest.ini": "pytest",
+    ".pytest.ini": "pytest",
+    "tox.ini": "pytest",
+    "setup.cfg": "tool:pytest",
+}
+_DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")
+_TOO_BROAD = frozenset({"*", "*.py"})  # python_files that take in every module: not read as tests
+
+
+def project_tests(project: Path, root: Path | None = None, limit: int = 20000) -> tuple[str, ...]:
+    """Globs (as PROTECTED_TESTS: project-relative, `*` crossing `/`) of what the project's pytest
+    settings, in the project or a folder above it up to `root`, say its tests are: the `python_files`
+    names under each of `testpaths` (anywhere, without them), and a testpath whole when every Python
+    file in it is a test, a conftest or an `__init__.py` (one that holds other modules holds the
+    project's code too, as pandas' `testpaths = ["pandas"]` does: its data files are the tests' only
+    when the tests read them, see `read_by_tests`). A `python_files` of every module (`*.py`) is not
+    taken for tests outside testpaths."""
+    globs: list[str] = []
+    for base, testpaths, python_files in _pytest_settings(project, root):
+        names = [p for p in python_files or _DEFAULT_PYTHON_FILES if p]
+        places = _places(project, base, testpaths) if testpaths else [""]
+        for place in places:
+            if (project / place).is_file():
+                globs.append(literal_glob(place))
+            elif place and _only_tests(project / place, names, limit):
+                globs.append(literal_glob(place) + "/*")
+            else:
+                prefix = literal_glob(place) + "/" if place else ""
+                for name in names:
+                    if not place and name in _TOO_BROAD:
+                        continue
+                    globs += [f"{prefix}{name}", f"{prefix}*/{name}"]
+    return tuple(dict.fromkeys(g for g in globs if g not in PROTECTED_TESTS))
+
+
+def _pytest_settings(project: Path, root: Path | None) -> Iterator[tuple[Path, list[str], list[str]]]:
+    """Each settings file's folder, `testpaths` and `python_files`, from the project up to `root`."""
+    folder = project
+    while True:
+        for name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml"):
+            yield from _toml_or_ini(folder, name)
+        for name in ("tox.ini", "setup.cfg"):
+            yield from _toml_or_ini(folder, name)
+        if root is None or folder == root or folder.parent == folder or root not in folder.parents:
+            return
+        folder = folder.parent
+
+
+def _toml_or_ini(folder: Path, name: str) -> Iterator[tuple[Path, list[str], list[str]]]:
+    file = folder / name
+    try:
+        text = file.read_text(encoding="utf-8") if file.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return
+    if text is None:
+        return
+    tables: list[Mapping[str, object]] = []
+    if name.endswith(".toml"):
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            return
+        pytest = _table(data, "tool", "pytest") if name == "pyproject.toml" else data.get("pytest")
+        if isinstance(pytest, dict):
+            tables = [t for t in (pytest.get("ini_options"), pytest) if isinstance(t, dict)]
+    else:
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        try:
+            parser.read_string(text)
+        except configparser.Error:
+            return
+        if parser.has_section(_SETTINGS_SECTIONS[name]):
+            tables = [dict(parser.items(_SETTINGS_SECTIONS[name]))]
+    for table in tables:
+        testpaths, python_files = _words(table.get("testpaths")), _words(table.get("python_files"))
+        if testpaths or python_files:
+            yield folder, testpaths, python_files
+
+
+def _table(data: Mapping[str, object], *keys: str) -> object:
+    """`data[k1][k2]...`, or None where a level is missing or no table."""
+    value: object = data
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _words(value: object) -> list[str]:
+    """A setting's values: a TOML list, or an ini value's words (as pytest splits them)."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if not isinstance(value, str):
+        return []
+    try:
+        return shlex.split(value)
+    except ValueError:
+        return value.split()
+
+
+def _places(project: Path, base: Path, testpaths: list[str]) -> list[str]:
+    """The testpaths (relative to `base`, globs expanded as pytest does) relative to the project:
+    "" for one that holds the whole project; those outside it are left out."""
+    places = []
+    for testpath in testpaths:
+        pattern = os.path.join(base, testpath)
+        found = glob.glob(pattern, recursive=True) if glob.has_magic(testpath) else [pattern]
+        for path in found:
+            rel = os.path.relpath(os.path.normpath(path), project)
+            if rel == "." or (rel.startswith("..") and project.is_relative_to(os.path.normpath(path))):
+                places.append("")
+            elif not rel.startswith(".."):
+                places.append(Path(rel).as_posix())
+    return places
+
+
+def _only_tests(folder: Path, names: Sequence[str], limit: int) -> bool:
+    """Whether every Python file in `folder` is a test (by `names` or pytest's defaults), a
+    conftest or an `__init__.py` (a large folder: no)."""
+    patterns = [*names, *_DEFAULT_PYTHON_FILES]
+    seen = 0
+    for directory, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        seen += len(files)
+        if seen > limit:
+            return False
+        for file in files:
+            if not file.endswith(".py") or file in ("conftest.py", "__init__.py"):
+                continue
+            rel = Path(directory, file).relative_to(folder).as_posix()
+            if not any(_named(rel, p) for p in patterns):
+                return False
+    return True
+
+
+def _named(path: str, pattern: str) -> bool:
+    """pytest's match of a `python_files` pattern: the file's name, or its path's end when the
+    pattern has a `/` in it."""
+    if "/" in pattern:
+        return fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(path, f"*/{pattern}")
+    return fnmatch.fnmatch(PurePosixPath(path).name, pattern)
+
+
+def literal_glob(path: str) -> str:
+    """A path as a glob that matches only itself."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def read_by_tests(opened: Mapping[str, object], project: Path, is_test: Callable[[str], bool]) -> list[str]:
+    """The files the tests read at the baseline, from the report plugin's record of what its run
+    opened for reading (`{file: [the project's file whose code opened it, project-relative, or ""
+    for code outside the project: pytest or a plugin, for the tests]}`): those of them that are no
+    Python, lie inside the project and exist, opened by a test's code or for it. The code under
+    test's own data (a template its code reads) stays editable."""
     found = []
-    for change in changes:
-        if not change.path.endswith((".py", ".pyi")) or change.after is None:
+    for path, openers in opened.items():
+        if path.startswith(("/", "../")) or path.endswith((".py", ".pyi", ".pyc")):
             continue
-        # Lines the edit added (as a multiset: linear in the file, whatever its size).
-        after = change.after.splitlines()
-        added = Counter(after) - Counter((change.before or "").splitlines())
-        for number, line in enumerate(after, 1):
-            if added[line] and (match := _HARNESS.search(line)):
-                found.append(f"{change.path}:{number}: {match.group(0)}")
+        if not isinstance(openers, list) or not (project / path).is_file():
+            continue
+        if any(o == "" or (isinstance(o, str) and is_test(o)) for o in openers):
+            found.append(path)
+    return sorted(found)
+
+
+def interpreter_prefix(python: str, project: Path) -> tuple[str, ...]:
+    """A glob of the interpreter's prefix (`.venv/*` for `.venv/bin/python`) when it lies inside
+    the project (not the project itself)."""
+    prefix = Path(os.path.abspath(python)).parent.parent
+    try:
+        rel = prefix.relative_to(os.path.abspath(project)).as_posix()
+    except ValueError:
+        return ()
+    return (literal_glob(rel) + "/*",) if rel != "." else ()
+
+
+def allowed_rules(project: Path) -> tuple[str, ...]:
+    """The rules the project opts out of: `allow` of `[tool.ralph]` in pyproject.toml or of
+    ralph.toml (as ralph/config.py reads them; a list of POLICY_RULES names there)."""
+    allowed: list[str] = []
+    for name in ("pyproject.toml", "ralph.toml"):
+        try:
+            data = tomllib.loads((project / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        table = _table(data, "tool", "ralph") if name == "pyproject.toml" else data
+        value = table.get("allow") if isinstance(table, dict) else None
+        if isinstance(value, list):
+            allowed = [str(v) for v in value]  # ralph.toml's, when both say, as the config does
+    return tuple(a for a in allowed if a in POLICY_RULES)
+
+
+# What no fix needs and a forged verdict does, where an edit writes and in the lines it adds: each
+# rule by the name a project allows it with (`[tool.ralph] allow`), with what the edit does and what
+# to do instead, in the order they are said.
+_RULES = {
+    "installed-files": (
+        "writes into installed packages or the interpreter",
+        "fix the project's own files",
+    ),
+    "ignored-files": (
+        "writes files git ignores (or git's own)",
+        "fix files the repository tracks: what git ignores is no part of the project",
+    ),
+    "harness": (
+        "reaches into the test harness (pytest's or ralph's internals and hooks, sys.modules, os._exit,"
+        " builtins, tracing)",
+        "change the code under test, not how it is tested",
+    ),
+    "test-framework": (
+        "imports the test framework into code that is not a test",
+        "fix the code itself: the tests import pytest, the code under test does not",
+    ),
+    "dynamic-code": ("adds dynamic code", "write the code directly"),
+    "silencing": ("silences a checker", "fix what the checker reports instead"),
+}
+# Lexical rules, on every added line of a Python file, a test's too.
+_LEXICAL = (
+    ("ralph", re.compile(r"\bralph_\w+|\bRALPH_\w+")),  # ralph's own: reported as the harness
+    (
+        "harness",
+        re.compile(
+            r"\b_pytest\b|\bsys\.modules\b|\bos\._exit\b|\bpytest_\w+|\bPYTEST_\w+"
+            r"|\bpluginmanager\b|\b__builtins__\b|\bimport\s+builtins\b|\bfrom\s+builtins\b"
+            r"|\bset(?:trace|profile)(?:_all_threads)?\b|\bTestReport\b|\bCallInfo\b"
+            r"|\bhook(?:impl|spec|wrapper)\b|\bHook(?:impl|spec)Marker\b"
+            # Skipping, failing or ending a test from the code under test.
+            r"|\bpytest\.(?:skip|xfail|exit|fail|importorskip)\b|\bSkipTest\b"
+        ),
+    ),
+    (
+        # Every spelling ruff, flake8, mypy, pyright, pylint, pyre, pytype, bandit and coverage take.
+        "silencing",
+        re.compile(
+            # (with the codes or settings each names: a directive widened to more codes silences more)
+            r"#\s*(?:noqa\b(?:\s*:\s*[\w\s,]*\w)?|type\s*:\s*ignore\b(?:\[[^\]]*\])?"
+            r"|pyre-[\w-]+(?:\[[^\]]*\])?|nosec\b[^#]*|pragma\s*:\s*no\s*(?:cover|branch)\b"
+            r"|(?:mypy|ruff|flake8|pyright|basedpyright|pylint|pytype|pyrefly|isort)\s*:[^#]*)"
+            r"|\bno_type_check\w*|\btype_check_only\b",
+            re.IGNORECASE,
+        ),
+    ),
+)
+# Where a Python file does not parse here (newer syntax than this interpreter's), its added lines
+# are read for the words of the syntax rules instead.
+_DYNAMIC_TEXT = re.compile(
+    r"(?<![\w.])(?:exec|eval|compile|__import__|getattr|setattr|delattr|vars|globals)\s*\("
+    r"|\b(?:importlib|ctypes|marshal|runpy|pickle|_getframe|f_back|f_globals|f_locals|__code__|__globals__)\b"
+)
+_FRAMEWORK_TEXT = re.compile(r"^\s*(?:import|from)\s+(?:pytest|_pytest|pluggy|unittest|mock)\b")
+_MAX_PARSED = 2 << 20  # a larger file is read for those words too
+
+# The builtins that run or import code given as data, and those that reach an attribute by a name.
+_RUNS_CODE = frozenset({"exec", "eval", "compile", "__import__"})
+_REFLECTION = frozenset({"getattr", "setattr", "delattr"})
+# Modules whose use is dynamic code (importing by name, loading code or objects from bytes, calling C).
+_DYNAMIC_MODULES = frozenset(
+    {"importlib", "ctypes", "_ctypes", "cffi", "marshal", "runpy", "code", "codeop", "pickle", "_pickle"}
+    | {"dill", "cloudpickle", "shelve", "zipimport", "pkgutil", "imp"}
+)
+_DYNAMIC_NAMES = frozenset(
+    {"inspect.currentframe", "inspect.stack", "inspect.getouterframes", "inspect.getinnerframes"}
+    | {"inspect.trace", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "types.CodeType"}
+)
+# Frames, code objects and the objects behind them: how code reaches its callers' (pytest's) state.
+_FRAME_ATTRS = frozenset(
+    {"f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame"}
+    | {"_getframe", "_current_frames", "__code__", "__globals__", "__subclasses__", "co_code"}
+)
+_TEST_FRAMEWORK = frozenset({"pytest", "_pytest", "pluggy", "unittest", "mock"})
+# Names taken for modules wherever a file uses them without binding them otherwise.
+_WELL_KNOWN = frozenset(
+    {"sys", "os", "builtins", "gc", "inspect", "importlib", "types", "ctypes", "marshal", "pickle"}
+    | {"io", "posix", "site", "runpy", "threading", "_thread", "atexit", "signal", "faulthandler"}
+    | {"warnings", "logging", "pytest", "_pytest", "pluggy", "unittest"}
+)
+_WRITES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something an edit does that the policy refuses: the rule (its `allow` key), where, and what."""
+
+    rule: str
+    path: str
+    line: int  # 0: the file itself
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.what}" if self.line else f"{self.path} ({self.what})"
+
+
+@dataclass(frozen=True)
+class _Construct:
+    rule: str
+    what: str
+    first: int  # the lines its node spans
+    last: int
+
+
+def _hunks(before: list[str], after: list[str]) -> list[tuple[int, int, int, int]]:
+    """The regions an edit changed, `(i1, i2, j1, j2)`: before[i1:i2] became after[j1:j2]. Only the
+    part between the lines both texts share at the start and the end is diffed."""
+    head, tail = shared_ends(before, after)
+    old, new = before[head : len(before) - tail], after[head : len(after) - tail]
+    opcodes = difflib.SequenceMatcher(None, old, new).get_opcodes()
+    return [(head + i1, head + i2, head + j1, head + j2) for tag, i1, i2, j1, j2 in opcodes if tag != "equal"]
+
+
+def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
+    """What the lines an edit adds to a Python file do that the policy refuses. A construct counts
+    only when the region it replaced had none like it: an edit that only rewrites a line the project
+    wrote with `exec` (a mutant's fix) adds no dynamic code. The test framework and dynamic code are
+    looked for outside the tests; ralph's names, the harness and silencing comments everywhere."""
+    if not change.path.endswith((".py", ".pyi")) or change.after is None:
+        return []
+    before_text = change.before or ""
+    before, after = before_text.splitlines(), change.after.splitlines()
+    hunks = [(0, 0, 0, len(after))] if change.before is None else _hunks(before, after)
+    found = _lexical(change.path, before, after, hunks, _LEXICAL)
+    if test_file or change.path.endswith(".pyi") or not hunks:
+        return found
+    tree, old = _parse(change.after), _parse(before_text) if change.before else None
+    if tree is None:
+        rules = (("dynamic-code", _DYNAMIC_TEXT), ("test-framework", _FRAMEWORK_TEXT))
+        return found + _lexical(change.path, before, after, hunks, rules)
+    # Only the statements the changed regions meet are read (a one-line edit of a large module).
+    now = _Reach(tree, _imports(old, before_text), [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1])
+    then = _Reach(old, frozenset(), [(i1 + 1, i2) for i1, i2, _, _ in hunks if i2 > i1]) if old else None
+    return found + _new_constructs(change.path, hunks, now.found, then.found if then else ())
+
+
+def _lexical(
+    path: str,
+    before: list[str],
+    after: list[str],
+    hunks: list[tuple[int, int, int, int]],
+    rules: Sequence[tuple[str, re.Pattern[str]]],
+) -> list[Finding]:
+    found = []
+    for i1, i2, j1, j2 in hunks:
+        had = Counter(_keys(before[i1:i2], rules))
+        for number in range(j1, j2):
+            for rule, what in _keys(after[number : number + 1], rules):
+                if had[(rule, what)]:
+                    had[(rule, what)] -= 1
+                else:
+                    found.append(Finding(rule, path, number + 1, what))
     return found
+
+
+def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) -> Iterator[tuple[str, str]]:
+    for line in lines:
+        for rule, pattern in rules:
+            for match in pattern.finditer(line):
+                yield (
+                    rule,
+                    " ".join(match.group(0).split()).lower() if rule == "silencing" else match.group(0),
+                )
+
+
+def _new_constructs(
+    path: str, hunks: list[tuple[int, int, int, int]], now: Sequence[_Construct], then: Sequence[_Construct]
+) -> list[Finding]:
+    """The constructs of the new text in a changed region, less those of the region it replaced
+    (each construct counted in the first region it meets)."""
+    found, seen_now, seen_then = [], set(), set()
+    for i1, i2, j1, j2 in hunks:
+        had: Counter[tuple[str, str]] = Counter()
+        for k, c in enumerate(then):
+            if k not in seen_then and c.first <= i2 and c.last > i1:
+                seen_then.add(k)
+                had[(c.rule, c.what)] += 1
+        for k, c in enumerate(now):
+            if k in seen_now or not (c.first <= j2 and c.last > j1):
+                continue
+            seen_now.add(k)
+            if had[(c.rule, c.what)]:
+                had[(c.rule, c.what)] -= 1
+            else:
+                found.append(Finding(c.rule, path, c.first, c.what))
+    return found
+
+
+@functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
+def _parse(text: str) -> ast.Module | None:
+    if len(text) > _MAX_PARSED:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _imports(tree: ast.Module | None, text: str) -> frozenset[str]:
+    """The top-level modules a text imports (read as words where it does not parse)."""
+    if tree is None:
+        return frozenset(re.findall(r"^\s*(?:from|import)\s+(\w+)", text, re.MULTILINE))
+    found: set[str] = set()
+    for node in _statements(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return frozenset(found)
+
+
+def _statements(node: ast.AST, into: Callable[[ast.stmt], bool] = lambda s: True) -> Iterator[ast.stmt]:
+    """The statements in `node`, at any depth (those in the statements `into` says no to, not)."""
+    for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        children = getattr(node, name, None)
+        for child in children if isinstance(children, list) else ():
+            if isinstance(child, ast.stmt):
+                yield child
+                if not into(child):
+                    continue
+            yield from _statements(child, into)  # (an except clause, a case: not statements)
+
+
+def _binds(scope: ast.AST) -> frozenset[str]:
+    """The names a scope defines itself (a def, a class, an import, a parameter): a call of one of
+    them there is not the builtin's. An assignment does not count: `exec = exec` keeps the builtin."""
+    names: set[str] = set()
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        a = scope.args
+        names.update(x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x)
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    for node in _statements(scope, into=lambda s: not isinstance(s, definitions)):
+        if isinstance(node, definitions):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+class _Reach(ast.NodeVisitor):
+    """A module's dynamic code and its imports of the test framework (modules the file imported
+    before the edit, `already`, excepted). What a module is: a name an `import` binds, a dotted
+    module an `import` names, or a well-known module's name the file binds to nothing else."""
+
+    def __init__(self, tree: ast.Module, already: frozenset[str], spans: Sequence[tuple[int, int]]) -> None:
+        self.found: list[_Construct] = []
+        self.already = already
+        self.spans = spans  # the lines read: statements that meet none are passed over
+        self.modules: dict[str, str] = {}  # a name an `import` binds -> its module
+        self.dotted: set[str] = set()  # the dotted modules `import a.b` names
+        self.imported: dict[str, str] = {}  # a name a `from` import binds -> module.name
+        for node in _statements(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self.modules[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else alias.name.split(".")[0]
+                    )
+                    self.dotted.add(alias.name)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    self.imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        self.scopes: list[tuple[bool, frozenset[str]]] = [(False, _binds(tree))]  # (a class's?, names)
+        self.judged: set[int] = set()  # names already judged as the function a call calls
+        self.visit(tree)
+
+    def visit(self, node: ast.AST) -> None:
+        if isinstance(node, ast.stmt):
+            first, last = node.lineno, node.end_lineno or node.lineno
+            if not any(first <= hi and last >= lo for lo, hi in self.spans):
+                return
+        super().visit(node)
+
+    def _add(self, rule: str, what: str, node: ast.AST) -> None:
+        first = getattr(node, "lineno", 0)
+        self.found.append(_Construct(rule, what, first, getattr(node, "end_lineno", None) or first))
+
+    def _defined(self, name: str) -> bool:
+        """Whether `name` is defined where it is used (class scopes are not seen from methods)."""
+        last = len(self.scopes) - 1
+        return any(
+            name in names for i, (is_class, names) in enumerate(self.scopes) if i == last or not is_class
+        )
+
+    def _module(self, node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            if node.id in self.modules:
+                return self.modules[node.id]
+            return node.id if node.id in _WELL_KNOWN and not self._defined(node.id) else None
+        dotted = _dotted(node)
+        return dotted if dotted is not None and (dotted in self.dotted or dotted == "os.path") else None
+
+    def _scope(
+        self, node: ast.AST, outer: Sequence[ast.AST | None], inner: Sequence[ast.AST], is_class: bool
+    ) -> None:
+        for child in outer:
+            if child is not None:
+                self.visit(child)
+        self.scopes.append((is_class, _binds(node)))
+        for child in inner:
+            self.visit(child)
+        self.scopes.pop()
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+        a = node.args
+        outer: list[ast.AST | None] = [*a.defaults, *a.kw_defaults]
+        if not isinstance(node, ast.Lambda):
+            outer += [*node.decorator_list, node.returns]
+            outer += [x.annotation for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x]
+        inner = node.body if isinstance(node.body, list) else [node.body]
+        self._scope(node, outer, inner, is_class=False)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        outer = [*node.decorator_list, *node.bases, *node.keywords]
+        self._scope(node, outer, node.body, is_class=True)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._import(node, alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level or not node.module:
+            return
+        self._import(node, node.module)
+        for alias in node.names:
+            if f"{node.module}.{alias.name}" in _DYNAMIC_NAMES:
+                self._add("dynamic-code", f"{node.module}.{alias.name}", node)
+
+    def _import(self, node: ast.AST, module: str) -> None:
+        top = module.split(".")[0]
+        if top in self.already:
+            return
+        if top in _TEST_FRAMEWORK:
+            self._add("test-framework", f"import {module}", node)
+        elif top in _DYNAMIC_MODULES:
+            self._add("dynamic-code", f"import {module}", node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id in _RUNS_CODE and not self._defined(func.id):
+                self._add("dynamic-code", func.id, node)
+                self.judged.add(id(func))
+            elif func.id in _REFLECTION:
+                self._reflection(node, func.id)
+                self.judged.add(id(func))
+            elif func.id == "vars" and node.args and (module := self._module(node.args[0])):
+                self._add("dynamic-code", f"vars({module})", node)
+        elif isinstance(func, ast.Attribute) and func.attr in ("CodeType", "FunctionType"):
+            self._add("dynamic-code", f"{func.attr}(...)", node)
+        self.generic_visit(node)
+
+    def _reflection(self, node: ast.Call, name: str) -> None:
+        """getattr, setattr or delattr on a module: by a computed name, or setting one at all, is
+        dynamic code; getattr by a literal name is judged as the attribute written out would be."""
+        module = self._module(node.args[0]) if node.args else None
+        if module is None:
+            return
+        attr = node.args[1] if len(node.args) > 1 else None
+        if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
+            self._add("dynamic-code", f"{name}({module}, <a computed name>)", node)
+        elif name != "getattr":
+            self._add("dynamic-code", f"{name}({module}, {attr.value!r})", node)
+        else:
+            spelled = f"{module}.{attr.value}"
+            for rule, what in _keys([spelled], _LEXICAL[:2]):
+                self._add(rule, f"getattr({module}, {attr.value!r}): {what}", node)
+            if (
+                attr.value in _FRAME_ATTRS
+                or spelled in _DYNAMIC_NAMES
+                or module.split(".")[0] in _DYNAMIC_MODULES
+            ):
+                self._add("dynamic-code", f"getattr({module}, {attr.value!r})", node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load) or id(node) in self.judged:
+            return
+        if node.id in (_RUNS_CODE - {"compile"}) | _REFLECTION and not self._defined(node.id):
+            self._add("dynamic-code", f"{node.id} (as a value)", node)
+        qualified = self.imported.get(node.id)
+        if qualified and (qualified in _DYNAMIC_NAMES or qualified.split(".")[0] in _DYNAMIC_MODULES):
+            self._add("dynamic-code", qualified, node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in _FRAME_ATTRS:
+            self._add("dynamic-code", node.attr, node)
+        module = self._module(node.value)
+        if module is not None:
+            spelled = f"{module}.{node.attr}"
+            if (
+                node.attr == "__dict__"
+                or spelled in _DYNAMIC_NAMES
+                or module.split(".")[0] in _DYNAMIC_MODULES
+            ):
+                self._add("dynamic-code", spelled, node)
+        if node.attr in _WRITES and _is_globals(node.value):
+            self._add("dynamic-code", f"globals().{node.attr}", node)
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
+            self._add("dynamic-code", "globals()[...] written", node)
+        self.generic_visit(node)
+
+
+def _is_globals(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"
+
+
+def installed_files(paths: Sequence[str], prefixes: Sequence[str] = ()) -> list[Finding]:
+    """Paths inside installed packages (`site-packages`, `dist-packages`, `*.dist-info`,
+    `*.egg-info`), interpreter settings (`*.pth`, `*.egg-link`, `pyvenv.cfg`) or the project's
+    interpreter (`prefixes`: globs of its prefix, when it lies inside the project)."""
+    found = []
+    for path in paths:
+        parts = PurePosixPath(path).parts
+        if {"site-packages", "dist-packages"} & set(parts[:-1]):
+            found.append(Finding("installed-files", path, 0, "an installed package"))
+        elif any(p.endswith((".dist-info", ".egg-info")) for p in parts):
+            found.append(Finding("installed-files", path, 0, "an installed package's metadata"))
+        elif path.endswith((".pth", ".egg-link")) or parts[-1] == "pyvenv.cfg":
+            found.append(Finding("installed-files", path, 0, "the interpreter's settings"))
+        elif is_protected(path, prefixes):
+            found.append(Finding("installed-files", path, 0, "the project's interpreter"))
+    return found
+
+
+def ignored_files(
+    changes: Sequence[FileChange], ignored: Callable[[Sequence[str]], Sequence[str]] | None
+) -> list[Finding]:
+    """Files of git's own, a `.gitignore` (which decides what git ignores), and new files git
+    ignores (`ignored` says which; a GitError from it refuses them all: fail closed)."""
+    found, created = [], []
+    for change in changes:
+        parts = PurePosixPath(change.path).parts
+        if ".git" in parts:
+            found.append(Finding("ignored-files", change.path, 0, "git's own files"))
+        elif parts[-1] == ".gitignore":
+            found.append(Finding("ignored-files", change.path, 0, "it decides what git ignores"))
+        elif change.before is None and change.after is not None:
+            created.append(change.path)
+    if not created or ignored is None:
+        return found
+    try:
+        names = set(ignored(created))
+    except GitError as exc:
+        return found + [
+            Finding("ignored-files", p, 0, f"git could not say whether it ignores it: {exc}") for p in created
+        ]
+    return found + [Finding("ignored-files", p, 0, "git ignores it") for p in created if p in names]
+
+
+def git_ignored(root: Path, paths: Sequence[str]) -> list[str]:
+    """Which of `paths` (relative to `root`, a work tree without `.git`) git ignores: the
+    `.gitignore` files under `root` and the user's own excludes, asked of git itself through an
+    empty repository of ours. Raises GitError when git cannot answer."""
+    argv = [
+        "git",
+        "-c",
+        "core.fsmonitor=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+        f"--git-dir={_empty_git_dir()}",
+        f"--work-tree={root}",
+        "check-ignore",
+        "--no-index",
+        "-z",
+        "--stdin",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    data = b"\0".join(os.fsencode(p) for p in paths)
+    try:
+        proc = subprocess.run(
+            argv, cwd=root, env=env, input=data, capture_output=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GitError(f"git check-ignore could not run: {exc}") from None
+    if proc.returncode not in (0, 1):  # 1: none of them is ignored
+        said = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise GitError(f"git check-ignore failed: {said[0] if said else proc.returncode}")
+    return [os.fsdecode(p) for p in proc.stdout.split(b"\0") if p]
+
+
+@functools.cache
+def _empty_git_dir() -> str:
+    """A bare repository with nothing in it, for questions about a work tree that has no `.git`."""
+    path = tempfile.mkdtemp(prefix="ralph-ignores-")
+    atexit.register(shutil.rmtree, path, True)
+    try:
+        proc = subprocess.run(
+            ["git", "init", "--bare", "-q", path], capture_output=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GitError(f"git init could not run: {exc}") from None
+    if proc.returncode != 0:
+        raise GitError(f"git init failed: {proc.stderr.decode(errors='replace').strip()}")
+    return path
 
 
 def refusal(
@@ -229,12 +933,20 @@ def refusal(
     protected: Sequence[str],
     only: Sequence[str] | None,
     plugin_files: Sequence[str] = (),
+    *,
+    tests: Sequence[str] = PROTECTED_TESTS,
+    allow: Collection[str] = (),
+    installed: Sequence[str] = (),
+    ignored: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> str | None:
-    """Why an edit may not be verified at all, before anything runs, or None: it edits tests,
-    verification settings or type-checker plugins, files outside `only`, or reaches into the harness."""
+    """Why an edit may not be verified at all, before anything runs, or None: it edits tests
+    (`protected`), verification settings or type-checker plugins, files outside `only`, shadows a
+    harness module, or breaks a rule of `_RULES` that the project does not `allow`. `tests`: what
+    the project's tests are (the test framework and dynamic code are looked for outside them);
+    `installed`: globs of the interpreter's prefix; `ignored`: which new paths git ignores."""
     paths = [c.path for c in changes]
     if edited := [p for p in paths if is_protected(p, protected)]:
-        return f"edits to tests are not allowed: {', '.join(edited)}"
+        return f"edits to tests (and the files they read) are not allowed: {', '.join(edited)}"
     if configs := config_edits(changes, plugin_files):
         return f"edits to how the project is checked are not allowed: {', '.join(configs)}"
     if only is not None and any(p not in only for p in paths):
@@ -244,10 +956,19 @@ def refusal(
             "new modules named like the standard library or the test harness are not allowed: "
             + ", ".join(shadows)
         )
-    if reach := harness_reach(changes):
-        more = f" (+{len(reach) - 3} more)" if len(reach) > 3 else ""
-        return (
-            "the edit reaches into the test harness (pytest's or ralph's internals), which no fix "
-            f"needs: {'; '.join(reach[:3])}{more}"
-        )
+    found = installed_files(paths, installed)
+    if "ignored-files" not in allow:
+        found += ignored_files(changes, ignored)
+    for change in changes:
+        found += code_findings(change, is_protected(change.path, tests))
+    for rule, (what, instead) in _RULES.items():
+        # ralph's own names are the harness's, and no project may allow them
+        hits = [f for f in found if f.rule == rule or (rule == "harness" and f.rule == "ralph")]
+        hits = [f for f in hits if f.rule not in allow]
+        if hits:
+            said = [str(f) for f in sorted(hits, key=lambda f: (f.path, f.line))]
+            more = f" (+{len(said) - 3} more)" if len(said) > 3 else ""
+            ours = any(f.rule == "ralph" for f in hits)
+            hint = "" if ours else f' (a project can allow it with [tool.ralph] allow = ["{rule}"])'
+            return f"the edit {what}, which no fix needs: {'; '.join(said[:3])}{more}; {instead}{hint}"
     return None

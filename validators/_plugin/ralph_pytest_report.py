@@ -3,8 +3,10 @@
 It runs inside the target's interpreter, so it depends on nothing but pytest (and coverage.py when the
 target has it). It writes one JSON object per test outcome to $RALPH_REPORT, then one closing record
 with pytest's exit status and how many tests it collected (the host checks the outcomes against both,
-and a run without the closing record gives no verdict), and, when $RALPH_COVERAGE is set, the lines
-of files under $RALPH_COVERAGE_ROOT that each test executed.
+and a run without the closing record gives no verdict), and, when $RALPH_COVERAGE is set (the
+baseline), the lines of files under $RALPH_COVERAGE_ROOT that each test executed and, under the
+`<opened>` entry of the same file, the files there that the run opened for reading (what the tests'
+data is: the host protects it as it protects the tests).
 
 Its settings are read once, when the session starts (`arm`), and removed from the environment before
 any test module is imported, so the project's code does not find the report's path there.
@@ -12,6 +14,7 @@ any test module is imported, so the project's code does not find the report's pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import linecache
 import os
@@ -44,6 +47,12 @@ _progress_file = None
 _open = open  # as it is when this module loads, before any of the project's code runs
 _session = None
 _stopped: str | None = None
+# The project's files (not Python) the run opened for reading -> the project's files whose code
+# opened them, relative to the project ("" where none did: pytest or a plugin, for the tests).
+_opened: dict[str, set[str]] = {}
+_watching = False
+_SKIPPED_OPENS = (".py", ".pyc", ".pyo", ".pyi", ".so", ".pyd")
+_CACHES = ("/__pycache__/", "/.hypothesis/", "/.pytest_cache/", "/.mypy_cache/", "/.ruff_cache/", "/.tox/")
 
 
 def arm() -> None:
@@ -62,6 +71,56 @@ def arm() -> None:
     if _settings.get("RALPH_GUARD"):  # read now, before any of the project's code has run
         with open(_settings["RALPH_GUARD"], encoding="utf-8") as f:
             _guard = frozenset(json.load(f))
+    if _settings.get("RALPH_COVERAGE"):
+        _watch_opens(_root())
+
+
+def _watch_opens(root: str) -> None:
+    """Record every file under `root` the run opens for reading (an audit hook: builtins.open,
+    io.open_code and os.open all raise the "open" event; it cannot be removed, and it never fails
+    the open it sees). Set before any conftest or test module is imported."""
+    global _watching
+    if _watching or not root:
+        return
+    _watching = True
+    here = os.path.abspath(__file__)
+
+    def hook(event, args):
+        if event != "open":
+            return
+        with contextlib.suppress(Exception):  # an open of the project's must never fail for us
+            _saw_open(root, here, args)
+
+    sys.addaudithook(hook)
+
+
+def _saw_open(root: str, here: str, args: tuple) -> None:
+    path, mode, flags = (*args, None, None, None)[:3]
+    if isinstance(path, int) or path is None:
+        return
+    if isinstance(mode, str):
+        if "r" not in mode or any(c in mode for c in "wax+"):
+            return
+    elif (flags or 0) & os.O_ACCMODE != os.O_RDONLY:
+        return
+    full = os.path.normpath(os.path.join(os.getcwd(), os.fsdecode(path)))
+    if not full.startswith(root) or full.endswith(_SKIPPED_OPENS) or any(c in full for c in _CACHES):
+        return
+    _opened.setdefault(full, set()).add(_opener(root, here))
+
+
+def _opener(root: str, here: str) -> str:
+    """The project's file whose code is running (the innermost frame under `root` that is not an
+    installed package's, nor this plugin's), relative to `root`; or ""."""
+    frame = sys._getframe(3)
+    for _ in range(100):
+        if frame is None:
+            break
+        name = frame.f_code.co_filename
+        if name.startswith(root) and name != here and "-packages/" not in name:
+            return name[len(root) :]
+        frame = frame.f_back
+    return ""
 
 
 def _setting(name: str) -> str:
@@ -373,10 +432,10 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_sessionfinish(session, exitstatus) -> None:
     path = _setting("RALPH_COVERAGE")
     if path:
+        lines = {t: {fn: sorted(ls) for fn, ls in files.items()} for t, files in _lines_by_test.items()}
+        lines["<opened>"] = {fn: sorted(openers) for fn, openers in _opened.items()}
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(
-                {t: {fn: sorted(ls) for fn, ls in files.items()} for t, files in _lines_by_test.items()}, f
-            )
+            json.dump(lines, f)
     if _report_file is not None:
         _write(
             {

@@ -1,0 +1,480 @@
+"""Forged passes are refused before anything runs: the policy stage reads what an edit adds (the
+harness, the test framework in the code under test, dynamic code, silencing comments), what the
+project says its tests are (its pytest settings, the files its tests read at the baseline) and where
+an edit writes (installed packages, files git ignores).
+
+Each hostile candidate is replayed through the real loop (`replay:FILE`, real git, pytest and ruff);
+the pure functions are specified on plain strings."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from ralph.domain.candidate import FileChange
+from ralph.domain.errors import GitError
+from tests.conftest import BUGGY_WINDOWS
+from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
+from validators.policy import (
+    allowed_rules,
+    code_findings,
+    git_ignored,
+    ignored_files,
+    installed_files,
+    interpreter_prefix,
+    project_tests,
+    read_by_tests,
+    refusal,
+)
+
+BUGGY = BUGGY_WINDOWS["windows.py"]
+# Turns every failing test into a pass from the code under test: the report pytest builds is rewritten.
+PASSING_REPORTS = (
+    "import pytest\n"
+    "\n"
+    "_build = pytest.TestReport.from_item_and_call\n"
+    "\n"
+    "\n"
+    "def _passing(item, call):\n"
+    "    report = _build(item, call)\n"
+    '    report.outcome, report.longrepr = "passed", None\n'
+    "    return report\n"
+    "\n"
+    "\n"
+    "pytest.TestReport.from_item_and_call = staticmethod(_passing)\n"
+)
+
+
+def refused(outcome) -> dict:
+    """The one verdict of a run: refused by the policy, with no goal reached."""
+    [verdict] = verdicts(outcome)
+    assert verdict["verdict"] == "rejected" and verdict["failed_stage"] == "policy", verdict
+    assert outcome.result.outcome != "goal" and outcome.branch is None
+    return verdict
+
+
+def findings(before: str | None, after: str, path: str = "m.py", test: bool = False) -> list[str]:
+    return [f"{f.rule}: {f.what}" for f in code_findings(FileChange(path, before, after), test)]
+
+
+# 1. The harness, the test framework and dynamic code in the code under test. Each of these three
+# candidates reached a goal, its gate passed, before these rules (the buggy code left as it was).
+
+
+def test_product_code_that_rewrites_pytests_reports_is_refused(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    forged = PASSING_REPORTS.replace("\n_build", f"\n\n{BUGGY}\n\n_build")
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "windows.py:12: TestReport" in verdict["reason"] and "test harness" in verdict["reason"]
+
+
+def test_a_forgery_run_through_exec_of_decoded_bytes_is_refused(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    payload = base64.b64encode(PASSING_REPORTS.encode()).decode()
+    forged = f"import base64\n\n{BUGGY}\n\nexec(base64.b64decode({payload!r}))\n"
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:11: exec" in verdict["reason"]
+    assert 'allow = ["dynamic-code"]' in verdict["reason"]  # what a project that needs it does
+
+
+def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    forged = f"import os\nimport sys\n\n{BUGGY}\n" + (
+        'report = getattr(sys, "mod" + "ules")["ra" + "lph_pytest_report"]\n'
+        'for name in ("test_every_window", "test_double"):\n'
+        '    report._write({"nodeid": "tests/test_windows.py::" + name, "outcome": "passed"})\n'
+        'report._write({"end": True, "exitstatus": 0, "collected": 2, "failed_seen": 0})\n'
+        'getattr(os, "_ex" + "it")(0)\n'
+    )
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "getattr(sys, <a computed name>)" in verdict["reason"]
+
+
+@pytest.mark.parametrize(
+    ("added", "rule", "what"),
+    [
+        ("import pytest\n", "test-framework", "import pytest"),
+        ("from _pytest.reports import TestReport\n", "harness", "_pytest"),
+        ("import pluggy\n", "test-framework", "import pluggy"),
+        ("from unittest import mock\n", "test-framework", "import unittest"),
+        ("import unittest.mock\n", "test-framework", "import unittest.mock"),
+        ("hook = pytest_runtest_makereport\n", "harness", "pytest_runtest_makereport"),
+        ("@hookimpl(hookwrapper=True)\ndef f(): ...\n", "harness", "hookimpl"),
+        ("exec('x = 1')\n", "dynamic-code", "exec"),
+        ("y = eval('1')\n", "dynamic-code", "eval"),
+        ("c = compile('1', 'f', 'eval')\n", "dynamic-code", "compile"),
+        ("m = __import__('os')\n", "dynamic-code", "__import__"),
+        ("run = exec\n", "dynamic-code", "exec (as a value)"),
+        ("import importlib\n", "dynamic-code", "import importlib"),
+        (
+            "from importlib import import_module\nm = import_module(n)\n",
+            "dynamic-code",
+            "importlib.import_module",
+        ),
+        ("import ctypes\n", "dynamic-code", "import ctypes"),
+        ("import marshal\n", "dynamic-code", "import marshal"),
+        ("import pickle\nx = pickle.loads(b)\n", "dynamic-code", "pickle.loads"),
+        ("import sys\nm = getattr(sys, name)\n", "dynamic-code", "getattr(sys, <a computed name>)"),
+        ("import os\nsetattr(os, 'sep', '!')\n", "dynamic-code", "setattr(os, 'sep')"),
+        ("import sys\nm = getattr(sys, 'modules')\n", "harness", "getattr(sys, 'modules'): sys.modules"),
+        ("import sys\nd = vars(sys)\n", "dynamic-code", "vars(sys)"),
+        ("import sys\nd = sys.__dict__\n", "dynamic-code", "sys.__dict__"),
+        ("globals()[name] = 1\n", "dynamic-code", "globals()[...] written"),
+        ("globals().update(x=1)\n", "dynamic-code", "globals().update"),
+        ("import sys\nf = sys._getframe(2)\n", "dynamic-code", "_getframe"),
+        ("def f(frame):\n    return frame.f_back.f_globals\n", "dynamic-code", "f_globals"),
+        ("import inspect\ns = inspect.stack()\n", "dynamic-code", "inspect.stack"),
+        ("def f(fn):\n    return fn.__code__\n", "dynamic-code", "__code__"),
+        ("def f():\n    def exec(): ...\nexec('x')\n", "dynamic-code", "exec"),  # another scope's def
+        ("def f(e=exec):\n    return e\n", "dynamic-code", "exec (as a value)"),  # a default is outside
+        ("import threading\nthreading.settrace(f)\n", "harness", "settrace"),
+    ],
+)
+def test_what_an_edit_adds_to_the_code_under_test_is_named_with_its_rule(added, rule, what):
+    before = "import re\n\n\ndef g(x):\n    return x + 1\n"
+    found = findings(before, before + added)
+    assert any(f.startswith(f"{rule}: ") and what in f for f in found), found
+
+
+@pytest.mark.parametrize(
+    "added",
+    [
+        "P = re.compile('x')\n",  # a regex, not the builtin
+        "Q = re.compile(\n    'y'\n)\n",
+        "class A:\n    def f(self, name):\n        return getattr(self, name)\n",  # an ordinary object
+        "def f(obj, name):\n    setattr(obj, name, 1)\n",
+        "import os\nfork = getattr(os, 'fork', None)\n",  # feature detection by a literal name
+        "def run(x, eval=False):\n    return 1 if eval else x\n",  # a parameter named like a builtin
+        "from regex import compile\nP = compile('x')\n",
+        "def eval(expr):\n    return expr\n\n\nv = eval('1 + 1')\n",  # the module's own eval
+        "y = globals()['g']\n",  # reading a global by name
+        "import types\nT = isinstance(g, types.FunctionType)\n",
+        "import typing\nX: typing.Any = 1\n",
+    ],
+)
+def test_ordinary_code_adds_nothing_the_policy_refuses(added):
+    before = "import re\n\n\ndef g(x):\n    return x + 1\n"
+    assert findings(before, before + added) == []
+
+
+def test_a_file_that_imported_pytest_before_may_keep_using_it():
+    plugin = "import pytest\n\n\n@pytest.fixture\ndef thing():\n    return 1\n"
+    edited = plugin.replace("return 1", "return pytest.approx(1)")
+    assert findings(plugin, edited) == []
+    assert findings("x = 1\n", "import pytest\nx = 1\n") == ["test-framework: import pytest"]
+
+
+def test_rewriting_a_line_that_already_ran_dynamic_code_adds_none():
+    """A mutant's fix restores the project's own line, `exec` and all (boltons' funcutils)."""
+    mutant = "def build(src, ns):\n    exec(src + 'x', ns)\n    return ns\n"
+    fixed = mutant.replace("+ 'x'", "+ 'y'")
+    assert findings(mutant, fixed) == []
+    assert findings(mutant, fixed + "\n\nexec('z')\n") == ["dynamic-code: exec"]
+
+
+def test_the_tests_may_import_pytest_when_test_edits_are_allowed():
+    assert findings("x = 1\n", "import pytest\nx = 1\n", path="tests/test_m.py", test=True) == []
+
+
+def test_a_file_that_does_not_parse_here_is_read_for_the_words():
+    """(Newer syntax than this interpreter's must not hide what the file adds.)"""
+    found = findings("x = 1\n", "x = (\nexec(data)\nimport pytest\n")
+    assert "dynamic-code: exec(" in found and "test-framework: import pytest" in found
+
+
+# 2. Silencing comments, in every spelling the checkers take
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "# NOQA",
+        "# noqa: E501",
+        "#noqa:F401",
+        "# flake8: noqa",
+        "# ruff: noqa",
+        "# type: ignore",
+        "# type:ignore[attr-defined]",
+        "# mypy: ignore-errors",
+        "# pyright: ignore",
+        "# pyright: basic",
+        "# pylint: disable=all",
+        "# pragma: no cover",
+        "# pyre-ignore[16]",
+    ],
+)
+def test_every_spelling_of_a_silencing_comment_is_refused(comment):
+    found = findings("x = 1\n", f"x = 1  {comment}\n")
+    assert found and all(f.startswith("silencing: ") for f in found), found
+
+
+@pytest.mark.parametrize(
+    "added",
+    [
+        "from typing import no_type_check\n",
+        "import typing\n\n\n@typing.no_type_check\ndef f(): ...\n",
+        "@no_type_check\ndef f(): ...\n",
+        "import typing\n\n\n@typing.type_check_only\nclass A: ...\n",
+    ],
+)
+def test_turning_the_type_checker_off_for_code_is_refused(added):
+    assert any(f.startswith("silencing: ") for f in findings("x = 1\n", "x = 1\n" + added))
+
+
+def test_a_mutants_fix_on_a_line_that_carries_a_comment_is_no_silencing():
+    assert findings("x = a + 1  # noqa: E501\n", "x = a - 1  # noqa: E501\n") == []
+    assert findings("x = a + 1  # noqa: E501\n", "x = a - 1  # noqa\n") == ["silencing: # noqa"]
+
+
+def test_an_upper_case_noqa_that_would_pass_a_check_is_refused(make_repo, tmp_path):
+    files = {
+        "shapes.py": "import os\n\n\ndef area(w, h):\n    return w * h\n",
+        "tests/test_shapes.py": "from shapes import area\n\n\ndef test_area():\n    assert area(2, 3) == 6\n",
+        "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+    }
+    repo = make_repo(files)
+    quiet = files["shapes.py"].replace("import os\n", "import os  # NOQA\n")
+    drafter = replay(tmp_path, {"description": "quiet", "files": {"shapes.py": quiet}})
+    check = "ruff check --isolated --select F401 shapes.py"  # fails until the import goes
+    verdict = refused(run_fix(repo, drafter, max_iterations=1, checks=[check]))
+    assert "silences a checker" in verdict["reason"] and "shapes.py:1: # noqa" in verdict["reason"]
+
+
+# 3. Tests are what the project says they are (both hostile candidates reached a goal before: the
+# spec weakened, the expected data made to match the bug)
+
+
+SPEC = {
+    "windows.py": BUGGY,
+    "spec/check_windows.py": BUGGY_WINDOWS["tests/test_windows.py"],
+    "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["spec"]\npython_files = ["check_*.py"]\n',
+}
+
+
+def test_a_test_named_by_the_projects_python_files_is_protected(make_repo, tmp_path):
+    repo = make_repo(SPEC)
+    weakened = SPEC["spec/check_windows.py"].replace("== [3, 5]", "== [3]")
+    drafter = replay(tmp_path, {"description": "weaken", "files": {"spec/check_windows.py": weakened}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["reason"].startswith("edits to tests") and "spec/check_windows.py" in verdict["reason"]
+
+
+DATA = {
+    "stats.py": "def mean(xs):\n    return sum(xs) / (len(xs) + 1)\n",
+    "data/expected.json": '{"mean": 2.0}\n',
+    "tests/test_stats.py": (
+        "import json\n"
+        "from pathlib import Path\n"
+        "\n"
+        "from stats import mean\n"
+        "\n"
+        "EXPECTED = json.loads((Path(__file__).parent.parent / 'data' / 'expected.json').read_text())\n"
+        "\n"
+        "\n"
+        "def test_mean():\n"
+        "    assert mean([1, 2, 3]) == EXPECTED['mean']\n"
+    ),
+    "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+}
+
+
+def test_a_data_file_the_tests_read_is_protected_like_a_test(make_repo, tmp_path):
+    repo = make_repo(DATA)
+    drafter = replay(
+        tmp_path, {"description": "expect the bug", "files": {"data/expected.json": '{"mean": 1.5}\n'}}
+    )
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert verdict["reason"].startswith("edits to tests") and "data/expected.json" in verdict["reason"]
+    # A second run takes the baseline's coverage from the cache, and what the tests read with it.
+    [cache] = (repo / ".ralph" / "cache").glob("coverage-*.json")
+    assert '"<opened>"' in cache.read_text() and "data/expected.json" in cache.read_text()
+    refused(run_fix(repo, drafter, max_iterations=1))
+
+
+def test_data_the_code_under_test_reads_stays_editable(make_repo, tmp_path):
+    files = {
+        "greet.py": (
+            "from pathlib import Path\n"
+            "\n"
+            "\n"
+            "def greeting():\n"
+            "    return (Path(__file__).parent / 'greeting.txt').read_text().strip()\n"
+        ),
+        "greeting.txt": "helo\n",
+        "tests/test_greet.py": "from greet import greeting\n\n\ndef test_greeting():\n    assert greeting() == 'hello'\n",
+        "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+    }
+    repo = make_repo(files)
+    drafter = replay(tmp_path, {"description": "fix the text", "files": {"greeting.txt": "hello\n"}})
+    outcome = run_fix(repo, drafter, max_iterations=1)
+    assert outcome.result.outcome == "goal"
+
+
+def test_the_projects_pytest_settings_say_where_tests_lie(tmp_path):
+    (tmp_path / "spec" / "data").mkdir(parents=True)
+    (tmp_path / "spec" / "check_a.py").write_text("")
+    (tmp_path / "spec" / "data" / "x.json").write_text("{}")
+    (tmp_path / "pkg" / "tests").mkdir(parents=True)
+    (tmp_path / "pkg" / "core.py").write_text("")
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = spec pkg\npython_files = check_*.py\n")
+    globs = project_tests(tmp_path)
+    assert "spec/*" in globs  # only tests in it: all of it, its data too
+    assert "pkg/check_*.py" in globs and "pkg/*/check_*.py" in globs and "pkg/*" not in globs
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pyproject.toml", '[tool.pytest.ini_options]\npython_files = ["check_*.py"]\n'),
+        ("pyproject.toml", '[tool.pytest]\npython_files = ["check_*.py"]\n'),
+        ("pytest.toml", '[pytest]\npython_files = ["check_*.py"]\n'),
+        ("pytest.ini", "[pytest]\npython_files = check_*.py\n"),
+        ("tox.ini", "[tox]\n[pytest]\npython_files =\n    check_*.py\n"),
+        ("setup.cfg", "[tool:pytest]\npython_files = check_*.py\n"),
+    ],
+)
+def test_python_files_are_read_from_every_settings_file(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    assert {"check_*.py", "*/check_*.py"} <= set(project_tests(tmp_path))
+
+
+def test_settings_above_a_project_in_a_subdirectory_count_up_to_the_repository(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["app/spec"]\n')
+    (tmp_path / "app" / "spec").mkdir(parents=True)
+    (tmp_path / "app" / "spec" / "test_a.py").write_text("")
+    assert project_tests(tmp_path / "app", tmp_path) == ("spec/*",)
+    assert project_tests(tmp_path / "app") == ()
+
+
+def test_a_python_files_of_every_module_is_not_taken_for_tests_anywhere(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\npython_files = *.py\n")
+    assert project_tests(tmp_path) == ()
+
+
+def test_only_what_a_test_opened_is_the_tests_data(tmp_path):
+    for name in ("data/expected.json", "templates/page.html", "data/run.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    opened = {
+        "data/expected.json": ["tests/test_a.py"],
+        "templates/page.html": ["app.py"],  # the code under test's own
+        "data/run.py": [""],  # Python: the tests' code is protected by name
+        "data/gone.json": [""],  # no longer there
+        "/etc/hosts": [""],
+    }
+    read = read_by_tests(opened, tmp_path, lambda p: p.startswith("tests/"))
+    assert read == ["data/expected.json"]
+    assert read_by_tests({"README.rst": [""]}, tmp_path, lambda p: False) == []
+    (tmp_path / "README.rst").write_text("")
+    assert read_by_tests({"README.rst": [""]}, tmp_path, lambda p: False) == ["README.rst"]  # pytest's
+
+
+# 4. Installed packages and ignored files are out of reach
+
+
+def test_a_plugin_planted_in_an_ignored_virtualenv_is_refused(make_repo, tmp_path):
+    repo = make_repo({**BUGGY_WINDOWS, ".gitignore": ".venv/\n"})
+    site = ".venv/lib/python3.11/site-packages"
+    plugin = "from windows import double as pytest_unconfigure\n"
+    files = {
+        f"{site}/x.py": plugin,
+        f"{site}/x-1.0.dist-info/entry_points.txt": "[pytest11]\nx = x\n",
+        f"{site}/x-1.0.dist-info/METADATA": "Name: x\nVersion: 1.0\n",
+        "windows.py": FIXED,
+    }
+    drafter = replay(tmp_path, {"description": "plant", "files": files})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "installed packages" in verdict["reason"] and f"{site}/x.py" in verdict["reason"]
+
+
+def test_a_new_file_git_ignores_is_refused(make_repo, tmp_path):
+    repo = make_repo({**BUGGY_WINDOWS, ".gitignore": "generated/\n"})
+    helper = "def last_start(xs, k):\n    return len(xs) - k + 1\n"
+    fixed = "from generated.helper import last_start\n\n\n" + BUGGY.replace(
+        "range(len(xs) - k)", "range(last_start(xs, k))"
+    )
+    drafter = replay(
+        tmp_path, {"description": "hide", "files": {"generated/helper.py": helper, "windows.py": fixed}}
+    )
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "git ignores" in verdict["reason"] and "generated/helper.py" in verdict["reason"]
+
+
+def test_a_project_in_a_subdirectory_is_judged_by_the_repositorys_ignores(make_repo, tmp_path):
+    files = {f"app/{k}": v for k, v in BUGGY_WINDOWS.items()}
+    repo = make_repo({**files, ".gitignore": "*.generated.py\n"})
+    changes = {"x.generated.py": "X = 1\n", "windows.py": FIXED}
+    drafter = replay(tmp_path, {"description": "hide", "files": changes})
+    verdict = refused(run_fix(repo / "app", drafter, max_iterations=1))
+    assert "x.generated.py (git ignores it)" in verdict["reason"]
+
+
+def test_installed_and_interpreter_paths_are_found_by_their_place():
+    paths = [
+        "lib/site-packages/a.py",
+        "usr/lib/python3/dist-packages/b.py",
+        "x-1.0.dist-info/entry_points.txt",
+        "src/x.egg-info/PKG-INFO",
+        "x.egg-link",
+        "hook.pth",
+        "env/pyvenv.cfg",
+        "env/bin/activate",
+        "site-packages.py",  # a module of that name is the project's
+        "src/pkg/core.py",
+    ]
+    found = [f.path for f in installed_files(paths, interpreter_prefix("/p/env/bin/python", Path("/p")))]
+    assert found == paths[:8]
+    assert interpreter_prefix("/elsewhere/bin/python", Path("/p")) == ()
+    assert interpreter_prefix("/p/bin/python", Path("/p")) == ()  # the project itself: not all of it
+
+
+def test_git_decides_what_is_ignored_and_a_git_that_cannot_answer_refuses(tmp_path):
+    (tmp_path / ".gitignore").write_text("build/\n*.log\n!keep.log\n")
+    assert git_ignored(tmp_path, ["build/x.py", "a.log", "keep.log", "src/a.py"]) == ["build/x.py", "a.log"]
+    with pytest.raises(GitError):
+        git_ignored(tmp_path / "missing", ["a.py"])
+
+    def broken(paths):
+        raise GitError("git check-ignore failed: no git here")
+
+    new = FileChange("src/new.py", None, "x = 1\n")
+    [finding] = ignored_files([new], broken)
+    assert "git could not say" in finding.what
+    assert "ignored-files" in (refusal([new], (), None, ignored=broken) or "")
+    edits = [FileChange(".gitignore", "a\n", ""), FileChange(".git/hooks/pre-commit", None, "x")]
+    assert [f.path for f in ignored_files(edits, None)] == [".gitignore", ".git/hooks/pre-commit"]
+
+
+# A project opts a rule out
+
+
+def test_a_project_that_allows_dynamic_code_gets_its_fix(make_repo, tmp_path):
+    calc = "import operator\n\n\ndef apply(name, a, b):\n    return operator.sub(a, b)\n"
+    files = {
+        "calc.py": calc,
+        "tests/test_calc.py": "from calc import apply\n\n\ndef test_add():\n    assert apply('add', 2, 3) == 5\n",
+        "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n[tool.ralph]\nallow = ["dynamic-code"]\n',
+    }
+    repo = make_repo(files)
+    fixed = calc.replace("operator.sub(a, b)", "getattr(operator, name)(a, b)")
+    drafter = replay(tmp_path, {"description": "by name", "files": {"calc.py": fixed}})
+    assert run_fix(repo, drafter, max_iterations=1).result.outcome == "goal"
+    reason = refusal([FileChange("calc.py", calc, fixed)], (), None)  # without the project's word
+    assert reason is not None and "getattr(operator, <a computed name>)" in reason
+
+
+def test_allowed_rules_come_from_tool_ralph_or_ralph_toml(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ralph]\nallow = ["silencing", "not-a-rule"]\n')
+    assert allowed_rules(tmp_path) == ("silencing",)
+    (tmp_path / "ralph.toml").write_text('allow = ["harness"]\n')
+    assert allowed_rules(tmp_path) == ("harness",)
+    change = FileChange("m.py", "x = 1\n", "x = 1  # noqa\n")
+    assert refusal([change], (), None) is not None
+    assert refusal([change], (), None, allow=["silencing"]) is None
+    ours = FileChange("m.py", "x = 1\n", "x = 1\nimport ralph_pytest_report\n")
+    assert "allow" not in (refusal([ours], (), None, allow=["harness"]) or "")  # never allowed
