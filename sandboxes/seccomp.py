@@ -21,6 +21,9 @@ DENIED = (
     "ptrace",
     "process_vm_readv",
     "process_vm_writev",
+    "process_madvise",
+    "pidfd_getfd",  # (another process's descriptor: bwrap's init holds the exit status's eventfd)
+    "kcmp",
     "mount",
     "umount2",
     "pivot_root",
@@ -104,7 +107,11 @@ def program_fd() -> int:
     compiled = program()
     if isinstance(compiled, str):
         raise RuntimeError(compiled)
-    fd = os.memfd_create("ralph-seccomp", 0)  # (no CLOEXEC: passed on to bwrap)
-    os.write(fd, compiled)
-    os.lseek(fd, 0, os.SEEK_SET)
+    fd = os.memfd_create("ralph-seccomp", os.MFD_CLOEXEC)  # (pass_fds hands it to bwrap alone)
+    try:
+        os.write(fd, compiled)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
     return fd

@@ -301,12 +301,14 @@ class _Spare:
         self._close()
 
     def discard(self) -> None:
+        """Kill it and everything it started (a conftest's daemon in a session of its own too)."""
         self._close()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.pid, signal.SIGKILL)  # it may not lead its group yet
             os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+        _kill_leftovers()  # (called with no request in flight: all below the worker is the spare's)
         self.output.close()
 
     def finish(self, path: str) -> None:
