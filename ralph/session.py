@@ -363,6 +363,7 @@ def _toolchain(
         scratch=scratch,
         checker=checker,
         root=workspace.root,
+        user_root=snap.toplevel,  # where the gate shows the workspace (`Toolchain.as_the_user`)
     )
     if not toolchain.has_module("pytest"):
         raise RalphError(f"pytest is not importable by {toolchain.python}; install it there or pass --python")
@@ -378,13 +379,17 @@ def _background_gate(
     config: RunConfig,
     state: Observation,
 ) -> BackgroundGate | None:
-    """The gate beside the loop (when on): its own clone of the accepted state and its own sandbox."""
+    """The gate beside the loop (when on): its own clone of the accepted state and its own sandbox,
+    which shows the clone at the user's repository path (its tests and checks run as the user's)."""
     if not verifier.background:
         return None
     clone = workspace.clone(tmp / "gate")
     scratch = tmp / "gate-scratch"
     sandbox, _ = _sandboxes(stack, clone.root, scratch, config, checker=False)
     own = replace(toolchain, sandbox=sandbox, project=clone.project, scratch=scratch, root=clone.root)
+    own = own.as_the_user()
+    if own.make_mount_points():  # (the copied state has those the loop's gate made, before its capture)
+        clone.capture()
     gate = BackgroundGate(
         verifier, clone, own, config.checks, start=state, test_timeout_s=config.test_timeout_s
     )

@@ -1,10 +1,16 @@
 """Run untrusted code under bubblewrap: read-only host, writable workspace, no network, capped resources.
 
-Layout inside the sandbox (every path keeps its host name, so tracebacks and paths in output match):
+Layout inside the sandbox (every path keeps its host name, so tracebacks and paths in output match,
+except the workspace's in a sandbox `mounted_at` the user's repository):
 
 * ``/`` is the host's root, bound read-only; ``/proc`` and ``/dev`` are fresh (new PID namespace).
 * the workspace and any extra ``writable`` paths are bound read-write; ``<workspace>/.git`` is bound
   read-only on top, so a test can run ``git status`` but cannot rewrite history or plant a hook.
+* mounted at the user's repository (the gate's sandbox: the candidate runs where the user's own run
+  would, not at a path that says "ralph"), the workspace is bound there instead, every path of the
+  command's that names the workspace is translated (`inside`), what the command needs of the user's
+  own beneath that path (their ``.venv``, hidden by the bind) is bound back read-only, and
+  ``TMPDIR`` is the user's, a private tmpfs there.
 * ``/tmp``, ``/dev/shm``, the home directory and ``/run`` (daemon sockets: docker, dbus, ...) are
   private, empty tmpfs mounts, each capped at ``tmp_bytes`` (an older bwrap without ``--size``
   leaves them uncapped in total, and only RLIMIT_FSIZE bounds each file); ``HOME`` points at the
@@ -44,11 +50,13 @@ protected, not nested repositories.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import itertools
 import json
 import os
 import pwd
+import re
 import secrets
 import select
 import shutil
@@ -57,13 +65,14 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ralph.domain.errors import UnsafePath
 from ralph.domain.results import ProcessResult
 from sandboxes import seccomp
 from sandboxes.local import child_env, feed_stdin, read_capped, wait_exit
-from sandboxes.workspace import chown_tree
+from sandboxes.workspace import chown_tree, open_dir
 
 _COUNTER = itertools.count()
 _TOKEN = secrets.token_hex(3)  # a reused pid never meets a leaked cgroup's name
@@ -226,8 +235,11 @@ class BwrapSandbox:
         workspace_writable: bool = True,
         disk_bytes: int | None = None,
         memory_total_bytes: int = 8 << 30,
+        mount_at: Path | None = None,
     ) -> None:
         self.workspace = Path(workspace).resolve()
+        # Where commands see the workspace: the user's repository (`mounted_at`), else its own path.
+        self.mount_at = Path(mount_at).resolve() if mount_at is not None else None
         self.workspace_writable = workspace_writable
         # What its processes may take of the workspace's filesystem, watched while a command runs.
         self.disk_bytes = disk_bytes or int(os.environ.get("RALPH_DISK_CAP") or 1 << 30)
@@ -251,7 +263,7 @@ class BwrapSandbox:
         self._memory_parent = _cgroup_parent("memory")
         self._cgroups: list[Path] = []  # made by `wrap` for callers we cannot clean up after
         self._live: set[subprocess.Popen[bytes]] = set()  # what `run` runs now, for `cancel`
-        self._cancelled = False
+        self._cancelled = threading.Event()  # (shared with `mounted_at` copies, as `_live` is)
         self._starting = threading.Lock()  # a command starts, or the sandbox is cancelled: not both
         if os.geteuid() != 0:
             self.pids_cap = f"RLIMIT_NPROC={max_pids} in the sandbox's user namespace"
@@ -264,6 +276,42 @@ class BwrapSandbox:
             if self._memory_parent is not None
             else f"{memory_bytes} bytes of address space per process (no writable memory cgroup)"
         )
+
+    def mounted_at(self, path: Path) -> BwrapSandbox:
+        """This sandbox showing the workspace at `path`, the user's repository (the copy's own path
+        says "ralph", and a candidate can make its code right there alone), with the user's
+        TMPDIR. It shares this one's running commands, cancellation and cgroups: `cancel` and
+        `close` on either reach both."""
+        other = copy.copy(self)
+        other.mount_at = Path(path).resolve()
+        other.__dict__.pop("_translations", None)
+        return other
+
+    def inside(self, text: str) -> str:
+        """`text` (a path, an option's value, a list of paths, node ids) as the sandbox's commands
+        see it: the workspace's own path replaced by the one it is mounted at."""
+        return self._translations[0](text)
+
+    def outside(self, text: str) -> str:
+        """What a command said (a path, a node id) back as the host sees it: `inside` undone."""
+        return self._translations[1](text)
+
+    @functools.cached_property
+    def _translations(self) -> tuple[Callable[[str], str], Callable[[str], str]]:
+        if self.mount_at is None:
+            return (str, str)
+        return _replacer(self.workspace, self.mount_at), _replacer(self.mount_at, self.workspace)
+
+    def prepare(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[Path]:
+        """Make the mount points in the workspace for what commands like `argv` bind back of the
+        user's own beneath `mount_at` (the interpreter's ``.venv``); the ones made. Call it before
+        the workspace's state is captured, or its restore takes them for what a test wrote. (A
+        command makes any that are missing itself, owned by the sandbox's user.)"""
+        if self.mount_at is None:
+            return []
+        child = self._child_env(env)
+        wanted = self._exposed(argv, self.workspace, child, self._masked(child))
+        return self._mount_points(wanted)[1]
 
     def wrap(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None = None) -> Command:
         """The full command line running `argv` in the sandbox, for callers that spawn it themselves
@@ -311,7 +359,7 @@ class BwrapSandbox:
                     argv, cwd=cwd, env=env, cgroups=cgroups, info_fd=info_write, filter_fd=filter_fd
                 )
                 with self._starting:
-                    if self._cancelled:
+                    if self._cancelled.is_set():
                         return ProcessResult(-9, "", 0.0, error="cancelled")
                     proc = subprocess.Popen(
                         command,
@@ -353,7 +401,7 @@ class BwrapSandbox:
         it (--die-with-parent) everything in its sandbox; `run` returns at once with the kill's status,
         and every later `run` at once with "cancelled"."""
         with self._starting:
-            self._cancelled = True
+            self._cancelled.set()
         for proc in list(self._live):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -390,29 +438,31 @@ class BwrapSandbox:
             command += ["--ro-bind-try", f"/proc/{knob}", f"/proc/{knob}"]
         # Mount parents before children, so a workspace under /tmp or $HOME shows through the tmpfs,
         # and a home inside the workspace stays masked; at the same path the bind wins.
-        child = child_env(env)
-        if not env or "HOME" not in env:
-            child["HOME"] = str(self.homes[0]) if self.homes else "/tmp"
-        masked = [Path("/tmp"), *_run_dirs(), *self.homes]
+        child = self._child_env(env)
+        masked = self._masked(child)
         mounts = [(len(p.parts), 0, [*size, "--tmpfs", str(p)]) for p in masked]
         bind = "--bind" if self.workspace_writable else "--ro-bind"
-        mounts.append((len(self.workspace.parts), 1, [bind, str(self.workspace), str(self.workspace)]))
+        at = self.mount_at or self.workspace
+        mounts.append((len(at.parts), 1, [bind, str(self.workspace), str(at)]))
         mounts += [(len(p.parts), 1, ["--bind-try", str(p), str(p)]) for p in self.writable]
-        exposed = self._exposed(argv, cwd, child, masked)
+        # (found from the host's paths: the workspace's own, before they are translated)
+        exposed, _ = self._mount_points(self._exposed(argv, cwd, child, masked))
         for path in exposed:
             mounts.append((len(path.parts), 1, ["--ro-bind", str(path), str(path)]))
         # The folders on the way to a bind inside a private mount: bwrap would make them for root
         # alone, and the sandbox's user must pass through them.
-        for folder in _folders_between(masked, [self.workspace, *self.writable, *exposed]):
-            mounts.append((len(folder.parts), 0, ["--perms", "0755", "--dir", str(folder)]))
+        binds = [at, *self.writable]
+        for folder in _folders_between(masked, [*binds, *exposed]):
+            if not any(folder.is_relative_to(b) and folder != b for b in binds):  # (those exist)
+                mounts.append((len(folder.parts), 0, ["--perms", "0755", "--dir", str(folder)]))
         for _, _, ops in sorted(mounts, key=lambda m: m[:2]):
             command += ops
         git = self.workspace / ".git"
         if git.exists():  # a directory, or the file of a worktree (its target is outside: read-only)
-            command += ["--ro-bind", str(git), str(git)]
-        command += ["--chdir", str(cwd), "--clearenv"]
+            command += ["--ro-bind", str(git), str(at / ".git")]
+        command += ["--chdir", self.inside(str(cwd)), "--clearenv"]
         for key, value in child.items():
-            command += ["--setenv", key, value]
+            command += ["--setenv", key, self.inside(value)]
         limits = [
             f"--as={self.memory_bytes}",
             f"--cpu={self.cpu_seconds}",
@@ -423,7 +473,7 @@ class BwrapSandbox:
             f"--nproc={self.max_pids * (16 if self.ids and self._cgroup_parent else 1)}",
             "--core=0",
         ]
-        command += ["--", *_drop_privileges(), prlimit, *limits, "--", *argv]
+        command += ["--", *_drop_privileges(), prlimit, *limits, "--", *map(self.inside, argv)]
         if cgroups:
             # Join the cgroups before bwrap forks anything: the procs files come first as arguments.
             joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(cgroups)))
@@ -435,6 +485,28 @@ class BwrapSandbox:
             command = ["/bin/sh", "-c", script, *(str(c / "cgroup.procs") for c in cgroups), *command]
         return command
 
+    def _child_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        """The command's environment: the allowlist, `env`, the masked home; mounted at the user's
+        repository, the user's TMPDIR too."""
+        child = child_env(env)
+        if not env or "HOME" not in env:
+            child["HOME"] = str(self.homes[0]) if self.homes else "/tmp"
+        if self.mount_at is not None and "TMPDIR" in os.environ:
+            child.setdefault("TMPDIR", os.environ["TMPDIR"])
+        return child
+
+    def _masked(self, env: Mapping[str, str]) -> list[Path]:
+        """The folders hidden under a private tmpfs: /tmp, /run, the homes, and the command's TMPDIR
+        when it names a folder of its own outside the workspace."""
+        masked = [Path("/tmp"), *_run_dirs(), *self.homes]
+        tmpdir = env.get("TMPDIR", "")
+        if os.path.isabs(tmpdir) and os.path.isdir(tmpdir):
+            found = Path(tmpdir).resolve()
+            at = self.mount_at or self.workspace
+            if found != Path("/") and not found.is_relative_to(at) and found not in masked:
+                masked.append(found)
+        return masked
+
     def _exposed(
         self, argv: Sequence[str], cwd: str | Path, env: Mapping[str, str], masked: Sequence[Path]
     ) -> list[Path]:
@@ -444,7 +516,10 @@ class BwrapSandbox:
         under the tmpfs: the command's directory, each PATH and PYTHONPATH entry itself and the
         prefix of each Python interpreter among them (a venv's directory, the installation its
         binary belongs to) are re-exposed; never the parent of a tool's ``bin``, which may hold its
-        credentials (``~/.cargo/credentials.toml`` beside ``~/.cargo/bin``).
+        credentials (``~/.cargo/credentials.toml`` beside ``~/.cargo/bin``). Mounted at the user's
+        repository, the same goes for what the bind of the workspace hides there: a folder of the
+        user's that the workspace does not hold (their ``.venv``), never one it does (the
+        candidate's files are the workspace's).
         """
         wanted: list[Path] = [Path(cwd)]
         dirs = [*env.get("PATH", "").split(os.pathsep), env.get("VIRTUAL_ENV", "")]
@@ -457,15 +532,57 @@ class BwrapSandbox:
         wanted += [prefix for path in list(wanted) for prefix in _python_prefixes(path)]
         owned = [self.workspace, *self.writable]
         found: list[Path] = []
+        hidden: list[Path] = []  # the user's own, under the path the workspace is mounted at
         for path in wanted:
             if not path.exists():
                 continue
             path = path.resolve()
+            if self.mount_at is not None and path.is_relative_to(self.mount_at):
+                if path != self.mount_at and path.is_dir() and self._not_the_workspaces(path):
+                    hidden.append(path)
+                continue
             inside = any(path.is_relative_to(m) and path != m for m in masked)
             if inside and not any(path.is_relative_to(o) for o in owned):
                 found.append(path)
         # The outermost of nested paths is enough.
-        return [p for p in dict.fromkeys(found) if not any(p != q and p.is_relative_to(q) for q in found)]
+        return [*_outermost(found), *_outermost(hidden)]
+
+    def _not_the_workspaces(self, path: Path) -> bool:
+        """Whether the workspace, at the same place as `path` beneath the user's repository, has
+        nothing (no entry, or an empty folder: a mount point) that binding `path` would hide."""
+        assert self.mount_at is not None
+        parts = path.relative_to(self.mount_at).parts
+        try:
+            with open_dir(self.workspace, parts) as fd:
+                return not os.listdir(fd)
+        except FileNotFoundError:
+            return True
+        except (OSError, UnsafePath):  # a file, or a link, there: the workspace's
+            return False
+
+    def _mount_points(self, exposed: list[Path]) -> tuple[list[Path], list[Path]]:
+        """The exposed paths that can be bound, with the mount points made in the workspace for those
+        beneath the user's repository (bwrap would make them for root; a link on the way: not bound)."""
+        if self.mount_at is None:
+            return exposed, []
+        kept: list[Path] = []
+        made: list[Path] = []
+        for path in exposed:
+            if not path.is_relative_to(self.mount_at):
+                kept.append(path)
+                continue
+            parts = path.relative_to(self.mount_at).parts
+            point = self.workspace.joinpath(*parts)
+            existed = os.path.lexists(point)
+            try:
+                with open_dir(self.workspace, parts, create=True, owner=self.ids):
+                    pass
+            except (OSError, UnsafePath):
+                continue
+            kept.append(path)
+            if not existed:
+                made.append(point)
+        return kept, made
 
     def _new_cgroup(self) -> list[Path]:
         """The cgroups a command joins (pids, memory; one directory where both share a hierarchy)."""
@@ -485,6 +602,20 @@ class BwrapSandbox:
                         (cgroup / limit).write_text(str(self.memory_total_bytes))
             made[cgroup] = None
         return list(made)
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """`paths` without those beneath another of them, each once."""
+    unique = list(dict.fromkeys(paths))
+    return [p for p in unique if not any(p != q and p.is_relative_to(q) for q in unique)]
+
+
+def _replacer(old: Path, new: Path) -> Callable[[str], str]:
+    """A function replacing the path `old` with `new` wherever it stands whole in a text (alone, after
+    `=`, `:`, `[` or a quote; followed by `/`, the end or a separator, never by more of a name)."""
+    pattern = re.compile(r"(?<![\w.~/-])" + re.escape(str(old)) + r"(?![\w.~-])")
+    target = str(new)
+    return lambda text: pattern.sub(lambda _: target, text)
 
 
 def _folders_between(masked: Sequence[Path], targets: Sequence[Path]) -> list[Path]:

@@ -167,8 +167,10 @@ def test_a_gate_that_hangs_is_a_failed_gate_for_its_state(make_repo, tmp_path, m
 
     monkeypatch.setattr(Verifier, "gate_timeout_s", property(lambda self: 4.0))
     repo = make_repo(BUGGY_WINDOWS)
-    # Hangs only where the gate runs it (its own copy of the workspace): the targeted stages pass.
-    hangs_in_the_gate = "import time\n\nif '/gate/' in __file__:\n    time.sleep(600)\n\n\n" + FIXED
+    # Hangs only where the gate runs it (at the user's repository path): the targeted stages pass.
+    hangs_in_the_gate = (
+        f"import os\nimport time\n\nif os.getcwd() == {str(repo)!r}:\n    time.sleep(600)\n\n\n" + FIXED
+    )
     began = time.monotonic()
     outcome = _run(
         repo,

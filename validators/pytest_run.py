@@ -68,8 +68,8 @@ class PytestValidator:
             env = self._run_env(Path(tmp.path), project, scope, coverage, first)
             if stop_on_pass:
                 env["RALPH_STOP_ON_PASS"] = "1"
-            if guard:
-                (Path(tmp.path) / "guard.json").write_text(json.dumps(sorted(guard)))
+            if guard:  # (node ids as the tests name them: a parameter may hold the project's path)
+                (Path(tmp.path) / "guard.json").write_text(json.dumps(sorted(map(self._inside, guard))))
                 env["RALPH_GUARD"] = str(Path(tmp.path) / "guard.json")
             watch = None
             if self.progress is not None:
@@ -81,9 +81,9 @@ class PytestValidator:
             finally:
                 if watch is not None:
                     watch.stop()
-            tests, end, unreadable, failing_records = _read_report(tmp, project)
+            tests, end, unreadable, failing_records = _read_report(tmp, project, self._outside)
             if coverage:
-                self.last_coverage = _read_coverage(tmp.read("coverage.json"), project)
+                self.last_coverage = _read_coverage(tmp.read("coverage.json"), project, self._outside)
         elapsed = (time.perf_counter() - start) * 1000
         stop = _asked_stop(end, stop_on_pass, guard)
         if stop is not None and run.returncode == _INTERRUPTED:
@@ -97,6 +97,16 @@ class PytestValidator:
         error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst)
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
         return self._result(tests, scope, run, error, elapsed, stopped_early, stop)
+
+    def _inside(self, text: str) -> str:
+        """A path or node id as the tests see it (the sandbox may show the workspace elsewhere)."""
+        inside = getattr(self.toolchain.sandbox, "inside", None)
+        return inside(text) if callable(inside) else text
+
+    def _outside(self, text: str) -> str:
+        """A path or node id the tests wrote, as the host names it (`_inside` undone)."""
+        outside = getattr(self.toolchain.sandbox, "outside", None)
+        return outside(text) if callable(outside) else text
 
     def _result(
         self,
@@ -181,7 +191,11 @@ def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float) -> Pytes
     in a fresh run, so `-p no:NAME` and the project's own plugin are as there), so a fork of it runs
     the suite as a fresh process would, less the ~0.2 s of starting Python and importing pytest (no
     child is readied ahead for it); else a fresh process. Either way on a workspace put back to
-    exactly the state it judges."""
+    exactly the state it judges, shown at the user's repository path with the user's TMPDIR where
+    the sandbox can (`Toolchain.as_the_user`): the gate judges the candidate as the user's run would
+    see it."""
+    toolchain = toolchain.as_the_user()
+    toolchain.make_mount_points()  # (built before the workspace's state is captured: see ralph.session)
     runner = WarmRunner(toolchain, plugins=False) if warm else None
     return PytestValidator(toolchain, name="gate", warm=runner, test_timeout_s=test_timeout_s)
 
@@ -309,9 +323,11 @@ class Watch(threading.Thread):
         return shown
 
 
-def _read_report(tmp: ScratchDir, project: Path) -> tuple[list[TestResult], dict[str, Any] | None, bool, int]:
+def _read_report(
+    tmp: ScratchDir, project: Path, outside: Callable[[str], str] = str
+) -> tuple[list[TestResult], dict[str, Any] | None, bool, int]:
     """The outcomes, the closing record (None when missing), whether the report was unreadable, and
-    how many of its records were failures."""
+    how many of its records were failures; node ids and files as the host names them (`outside`)."""
     if not tmp.exists("report.jsonl"):
         return [], None, False, 0
     data = tmp.read("report.jsonl")
@@ -330,10 +346,11 @@ def _read_report(tmp: ScratchDir, project: Path) -> tuple[list[TestResult], dict
             if end is not None:  # nothing comes after the closing record
                 unreadable = True
             frames = tuple(
-                (project_relative(str(f[0]), project), int(f[1]), str(f[2])) for f in r.get("frames", [])
+                (project_relative(outside(str(f[0])), project), int(f[1]), str(f[2]))
+                for f in r.get("frames", [])
             )
             result = TestResult(
-                str(r["nodeid"]),
+                outside(str(r["nodeid"])),
                 str(r["outcome"]),
                 float(r.get("duration", 0.0)),
                 str(r.get("message", "")),
@@ -354,7 +371,7 @@ def _read_report(tmp: ScratchDir, project: Path) -> tuple[list[TestResult], dict
     return list(results.values()), end, unreadable, failing_records
 
 
-def _read_coverage(data: bytes | None, project: Path) -> CoverageMap:
+def _read_coverage(data: bytes | None, project: Path, outside: Callable[[str], str] = str) -> CoverageMap:
     try:
         raw = json.loads(data or b"{}")
     except ValueError:
@@ -362,6 +379,6 @@ def _read_coverage(data: bytes | None, project: Path) -> CoverageMap:
     if not isinstance(raw, dict):
         return {}
     return {
-        test: {project_relative(f, project): lines for f, lines in files.items()}
+        outside(test): {project_relative(outside(f), project): lines for f, lines in files.items()}
         for test, files in raw.items()
     }

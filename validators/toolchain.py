@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ralph.domain.errors import RalphError
@@ -38,6 +38,27 @@ class Toolchain:
     checker: Sandbox | None = None
     # The repository's copy the project lies in: tool configuration is looked up no further up.
     root: Path | None = None
+    # The user's repository `root` copies (the snapshot's toplevel): the gate runs there (`as_the_user`).
+    user_root: Path | None = None
+
+    def as_the_user(self) -> Toolchain:
+        """This toolchain with its sandbox showing the workspace at `user_root`, with the user's TMPDIR,
+        as the user's own run would see it (the copy's path names ralph: a candidate can be right
+        there alone); itself when there is none, or its sandbox cannot (no bubblewrap) or already
+        does. Then call `make_mount_points` before the workspace's state is captured."""
+        mounted = getattr(self.sandbox, "mounted_at", None)
+        if self.user_root is None or self.root is None or not callable(mounted):
+            return self
+        if getattr(self.sandbox, "mount_at", None) is not None:
+            return self
+        return replace(self, sandbox=mounted(self.user_root))
+
+    def make_mount_points(self) -> list[Path]:
+        """Where the sandbox shows the workspace at the user's path, what the interpreter needs of the
+        user's own there (their .venv) is bound back over it, on folders made in the workspace now
+        (the ones made): part of the state a restore keeps when made before it is captured."""
+        prepare = getattr(self.sandbox, "prepare", None)
+        return list(prepare([self.python], self.python_env())) if callable(prepare) else []
 
     def python_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the target's Python: our plugin and the workspace's code come first on the path."""

@@ -15,7 +15,7 @@ import secrets
 import stat
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -146,17 +146,20 @@ class WarmRunner:
         spare: bool,
         output: Path,
     ) -> dict[str, Any]:
-        """The worker's request for one run, numbered with the latest request id."""
+        """The worker's request for one run, numbered with the latest request id; its paths as the
+        sandbox shows them (the workspace may be mounted at the user's repository path)."""
+        inside = getattr(self.toolchain.sandbox, "inside", None)
+        seen: Callable[[str], str] = inside if callable(inside) else str
         return {
             "id": self._next_id,
-            "args": list(args),
-            "tests": list(tests),
+            "args": [seen(a) for a in args],
+            "tests": [seen(t) for t in tests],
             "spare": spare,
-            "env": dict(env),
-            "cwd": str(self.toolchain.project),
-            "path": [str(PLUGIN_DIR), str(self.toolchain.project)],
+            "env": {k: seen(v) for k, v in env.items()},
+            "cwd": seen(str(self.toolchain.project)),
+            "path": [seen(str(PLUGIN_DIR)), seen(str(self.toolchain.project))],
             "timeout": timeout_s,
-            "output": str(output),
+            "output": seen(str(output)),
         }
 
     def _reply_error(self, reply: dict[str, Any]) -> str | None:

@@ -407,7 +407,13 @@ def bench_verify(
         isolation = select_sandbox(project, [scratch], sandbox)
         checker = select_sandbox(project, [], sandbox, workspace_writable=False)
         toolchain = Toolchain(
-            interpreter, isolation, workspace.project, scratch=scratch, checker=checker, root=project
+            interpreter,
+            isolation,
+            workspace.project,
+            scratch=scratch,
+            checker=checker,
+            root=project,
+            user_root=repo.resolve(),  # the gate shows the copy there, as the loop's does
         )
         types = mypy_configured(project)
         verifier = _verifier(toolchain, types, semantic)
