@@ -75,6 +75,7 @@ from sandboxes.local import child_env, feed_stdin, read_capped, wait_exit
 from sandboxes.workspace import chown_tree, open_dir
 
 _COUNTER = itertools.count()
+_PRIVATE = re.compile(r"^ralph-\d+-")  # a run's private folder (`tempfile.mkdtemp` in the session)
 _TOKEN = secrets.token_hex(3)  # a reused pid never meets a leaked cgroup's name
 
 
@@ -432,6 +433,11 @@ class BwrapSandbox:
         command = [bwrap, *_namespaces(), "--seccomp", str(filter_fd)]
         if info_fd is not None:
             command += ["--info-fd", str(info_fd)]
+            if self.ids is None:
+                # In a user namespace bwrap's init runs as the sandbox's user, so a test could open
+                # its memory and forge the exit status it reports: the command is the namespace's
+                # first process instead, its status read by bwrap outside, out of the sandbox's sight.
+                command.append("--as-pid-1")
         command += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm"]
         # The kernel's settings and triggers stay read-only whoever the sandbox runs as.
         for knob in ("sys", "sysrq-trigger", "irq", "bus"):
@@ -499,6 +505,11 @@ class BwrapSandbox:
         """The folders hidden under a private tmpfs: /tmp, /run, the homes, and the command's TMPDIR
         when it names a folder of its own outside the workspace."""
         masked = [Path("/tmp"), *_run_dirs(), *self.homes]
+        # Our private folder around the workspace (its host-only copy, the other lanes' and the
+        # gate's): hidden too, and passable by the sandbox's user wherever TMPDIR puts it.
+        private = self.workspace.parent
+        if _PRIVATE.match(private.name) and not any(private.is_relative_to(m) for m in masked):
+            masked.append(private)
         tmpdir = env.get("TMPDIR", "")
         if os.path.isabs(tmpdir) and os.path.isdir(tmpdir):
             found = Path(tmpdir).resolve()
@@ -636,15 +647,24 @@ def _python_prefixes(directory: Path) -> tuple[Path, ...]:
     found: list[Path] = []
     for name in ("python3", "python"):
         interpreter = directory / name
-        if not interpreter.is_file():
-            continue
+        if not interpreter.is_file() or not _is_binary(interpreter.resolve()):
+            continue  # (a shim or wrapper script says nothing of where an installation lies)
         if (directory.parent / "pyvenv.cfg").is_file():
             found.append(directory.parent)
         real = interpreter.resolve().parent.parent
-        if (real / "lib").is_dir():
+        if next(real.glob("lib/python3*/os.py"), None) is not None:  # an installation's own stdlib
             found.append(real)
         break
     return tuple(found)
+
+
+def _is_binary(file: Path) -> bool:
+    """Whether `file` is an executable binary (ELF), not a script."""
+    try:
+        with file.open("rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def _wait_watching_disk(proc: subprocess.Popen[bytes], timeout_s: float, where: Path, cap: int) -> str:

@@ -11,14 +11,18 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from ralph.domain.results import Scope
 from ralph.trace import read_trace
 from sandboxes import seccomp
 from sandboxes.bwrap import BwrapSandbox, available, sandbox_ids
+from sandboxes.local import LocalSandbox
 from sandboxes.workspace import _chmod_dir
-from tests.conftest import BUGGY_WINDOWS, run_ralph
+from tests.conftest import BUGGY_WINDOWS, run_ralph, write_files
 from tests.test_sound_verdicts import FIXED, WRONG, replay, run_fix
 
 needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap cannot run here: {available()}")
@@ -233,3 +237,129 @@ def test_the_kernel_settings_probe_through_the_command_line(make_repo, tmp_path)
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "goal"
+
+
+# The warm worker itself
+
+
+def _warm_project(tmp_path) -> tuple[object, object]:
+    from validators.pytest_run import PytestValidator
+    from validators.toolchain import Toolchain
+    from validators.warm import WarmRunner
+
+    project = tmp_path / "project"
+    write_files(
+        project,
+        {
+            "lib.py": "def answer():\n    return 42\n",
+            "tests/test_lib.py": "from lib import answer\n\n\ndef test_ok():\n    assert answer() == 42\n",
+        },
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    box = BwrapSandbox(project, writable=[scratch]) if available() is None else LocalSandbox()
+    toolchain = Toolchain(PY, box, project, scratch=scratch)
+    warm = WarmRunner(toolchain)
+    return PytestValidator(toolchain, warm=warm), warm
+
+
+def _close(warm) -> None:
+    warm.close()
+    if callable(close := getattr(warm.toolchain.sandbox, "close", None)):
+        close()  # (its pids cgroups)
+
+
+def test_a_module_a_candidate_adds_never_runs_in_the_worker(tmp_path):
+    """A new top-level module named like one the worker imports at its start (pytest imports
+    pygments; a venv's .pth imports _virtualenv) would run inside the worker, which holds the channel:
+    the worker sees our plugin on its path, not the workspace."""
+    validator, warm = _warm_project(tmp_path)
+    project = validator.toolchain.project
+    marker = validator.toolchain.scratch / "imported"
+    for name in ("pygments", "_virtualenv", "pluggy", "iniconfig"):
+        write_files(
+            project,
+            {f"{name}/__init__.py": f"import sys\nopen({str(marker)!r}, 'a').write(sys.argv[0] + '\\n')\n"},
+        )
+    try:
+        result = validator.check(Scope(tests=("tests/test_lib.py::test_ok",)))
+        assert [t.outcome for t in result.tests] == ["passed"]
+        starters = marker.read_text().splitlines() if marker.exists() else []
+        assert not any(line.endswith("ralph_worker.py") for line in starters), starters
+    finally:
+        _close(warm)
+
+
+def test_no_child_is_readied_on_what_a_requests_tests_wrote(tmp_path):
+    """A test writes a conftest that starts a daemon: the readied child would import it, after the
+    host's check, on the workspace as the tests left it. It is forked only once the host says the
+    workspace is put back, and only on a clean one."""
+    validator, warm = _warm_project(tmp_path)
+    project = validator.toolchain.project
+    token = f"ralph-token-{os.getpid()}-daemon"
+    conftest = (
+        "import os, subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {token!r}], start_new_session=True)\n"
+    )
+    write_files(
+        project,
+        {
+            "tests/test_plant.py": f"def test_plant():\n    open('tests/conftest.py', 'w').write({conftest!r})\n"
+        },
+    )
+    try:
+        warm.run(
+            ["-p", "ralph_pytest_report", "-x"],
+            ["tests/test_plant.py::test_plant"],
+            env={},
+            timeout_s=60,
+            spare=True,
+        )
+        assert (project / "tests" / "conftest.py").exists()
+        time.sleep(1)  # what a readied child would start, it would have started by now
+        assert _processes_with(token) == []
+        warm.restored(clean=False)  # the workspace had to be put back: no child is readied
+        time.sleep(1)
+        assert _processes_with(token) == []
+    finally:
+        _close(warm)
+
+
+def test_a_lone_process_left_under_the_worker_is_seen(tmp_path):
+    from validators.warm import _chain, _left_in_sandbox
+
+    parent = subprocess.Popen(
+        [
+            PY,
+            "-c",
+            "import subprocess, sys\nsys.stdin.readline()\nsubprocess.Popen(['sleep', '30'])\nsys.stdin.readline()",
+        ],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        chain = _chain(parent.pid)
+        assert chain == [parent.pid] and _left_in_sandbox(parent.pid, chain) is None
+        assert parent.stdin is not None
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        deadline = time.monotonic() + 10
+        while _left_in_sandbox(parent.pid, chain) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "still running" in (_left_in_sandbox(parent.pid, chain) or "")
+    finally:
+        subprocess.run(["pkill", "-KILL", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
+
+
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found

@@ -590,7 +590,8 @@ def test_a_sandboxed_worker_started_from_a_short_lived_thread_survives_it(tmp_pa
     project = tmp_path / "p"
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    toolchain = Toolchain(sys.executable, BwrapSandbox(project, writable=[scratch]), project, scratch=scratch)
+    box = BwrapSandbox(project, writable=[scratch])
+    toolchain = Toolchain(sys.executable, box, project, scratch=scratch)
     warm = WarmRunner(toolchain)
     stage = PytestValidator(toolchain, warm=warm)
     results = []
@@ -602,6 +603,7 @@ def test_a_sandboxed_worker_started_from_a_short_lived_thread_survives_it(tmp_pa
         results.append(stage.check(Scope(timeout_s=60)))  # ...and the worker is still there
     finally:
         warm.close()
+        box.close()  # (its pids cgroups)
     assert [r.error for r in results] == [None, None] and warm.starts == 1
 
 

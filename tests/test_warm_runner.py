@@ -177,6 +177,7 @@ def _rewrite(project: Path, path: str, text: str) -> None:
 def test_a_child_readied_ahead_runs_the_code_written_after_it_was_forked(validator, project):
     quick = Scope(tests=("tests/test_lib.py::test_ok",))
     assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "passed"}
+    validator.warm.restored(clean=True)  # (as the loop says once the workspace is put back)
     _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
     again = validator.check(quick, exitfirst=True)
     assert outcomes(again) == {"test_ok": "failed"}
@@ -189,6 +190,7 @@ def test_no_child_is_readied_ahead_where_configuring_runs_project_code(validator
     write_files(project, {"tests/conftest.py": "import lib\n"})
     quick = Scope(tests=("tests/test_lib.py::test_ok",))
     validator.check(quick, exitfirst=True)
+    validator.warm.restored(clean=True)  # (as the loop says once the workspace is put back)
     _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
     assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
     assert validator.warm.readied == 0
@@ -201,6 +203,7 @@ def test_a_child_is_readied_ahead_where_a_conftest_loads_no_project_code(validat
     write_files(project, {"tests/conftest.py": conftest})
     quick = Scope(tests=("tests/test_lib.py::test_ok",))
     validator.check(quick, exitfirst=True)
+    validator.warm.restored(clean=True)  # (as the loop says once the workspace is put back)
     _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
     assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
     assert validator.warm.readied == 1
@@ -227,6 +230,7 @@ def test_a_conftests_package_taints_a_readied_child_unless_no_candidate_may_edit
     try:
         quick = Scope(tests=("tests/test_lib.py::test_ok",))
         validator.check(quick, exitfirst=True)
+        runner.restored(clean=True)
         _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
         assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
         assert runner.readied == readied
@@ -242,6 +246,7 @@ def test_a_readied_child_that_configuring_tainted_is_never_used(validator, proje
     )
     quick = Scope(tests=("tests/test_lib.py::test_ok",))
     validator.check(quick, exitfirst=True)
+    validator.warm.restored(clean=True)  # (as the loop says once the workspace is put back)
     _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
     assert outcomes(validator.check(quick, exitfirst=True)) == {"test_ok": "failed"}
     assert validator.warm.readied == 0
@@ -287,6 +292,7 @@ def test_a_readied_child_caps_what_a_test_prints(validator, project):
     args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-s", "-x"]
     for _ in range(2):
         result = warm.run(args, ["tests/test_loud.py::test_loud"], env={}, timeout_s=60, spare=True)
+        warm.restored(clean=True)
     assert warm.readied == 1 and result.returncode == 0
     assert "bytes of output dropped" in result.output and len(result.output) < 3 << 20
 
@@ -295,6 +301,7 @@ def test_a_request_larger_than_a_pipe_reaches_a_readied_child(validator):
     tests = ["tests/test_lib.py::test_ok"] * 6000  # ~160 KiB of JSON; pytest drops the repeats
     for _ in range(2):
         result = validator.check(Scope(tests=tuple(tests)), exitfirst=True)
+        validator.warm.restored(clean=True)
     assert validator.warm.readied == 1 and outcomes(result) == {"test_ok": "passed"}
 
 
@@ -308,18 +315,18 @@ def test_a_readied_child_that_ends_abruptly_still_leaves_its_output(validator, p
     args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-s", "-x"]
     for _ in range(2):
         result = validator.warm.run(args, ["tests/test_exit.py::test_exit"], env={}, timeout_s=60, spare=True)
+        validator.warm.restored(clean=True)
     assert validator.warm.readied == 1
     assert result.returncode == 7 and "last words" in result.output
 
 
 def test_a_readied_child_reports_a_missing_test_as_pytest_does(validator):
     args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-x"]
-    codes = [
-        validator.warm.run(
-            args, ["tests/test_lib.py::test_gone"], env={}, timeout_s=60, spare=True
-        ).returncode
-        for _ in range(2)
-    ]
+    codes = []
+    for _ in range(2):
+        result = validator.warm.run(args, ["tests/test_lib.py::test_gone"], env={}, timeout_s=60, spare=True)
+        validator.warm.restored(clean=True)
+        codes.append(result.returncode)
     assert validator.warm.readied == 1 and codes == [4, 4]
 
 
@@ -374,6 +381,7 @@ def test_a_run_naming_its_tests_builds_items_for_those_alone(tmp_path: Path):
         for _ in range(2):
             log.unlink()
             result = validator.check(Scope(tests=named[:2]), exitfirst=True)
+            warm.restored(clean=True)
             assert outcomes(result) == {"test_a": "passed", "test_x": "passed"}
             assert sorted(log.read_text().split()) == ["test_a", "test_x"]
         assert warm.readied == 1

@@ -346,8 +346,8 @@ class Verifier:
     def restored(self, foreign: bool) -> None:
         """The workspace was put back; `foreign`: it had to undo what a candidate's tests wrote
         outside the edit, which nothing configured meanwhile may have seen."""
-        if foreign and self.warm is not None:
-            self.warm.discard_spare()
+        if self.warm is not None:  # the child readied ahead is forked now, on a clean state only
+            self.warm.restored(clean=not foreign)
         if self._import_graph is None:  # an accepted edit changed the sources: read them now, from
             self._graph()  # the state put back, not inside the next candidate's verification
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import json
 import os
 import secrets
+import select
+import signal
 import stat
 import subprocess
 import time
@@ -55,6 +58,9 @@ class WarmRunner:
         self.starts = 0
         self.readied = 0  # runs served by a child the worker had configured ahead
         self._cancelled = False
+        self._chain: list[int] = []  # host pids from the spawned process down to the worker
+        self._init: int | None = None  # a pidfd of the sandbox's init, when there is one
+        self._spare_wanted = False  # the last request asked for a readied child
 
     def _start(self) -> subprocess.Popen[str]:
         # The worker drops these after preloading, should a dependency have imported an installed
@@ -68,11 +74,21 @@ class WarmRunner:
         if not self.plugins:
             settings["RALPH_PRELOAD_PLUGINS"] = "0"
         env = child_env(self.toolchain.python_env(settings))
+        # The worker itself imports nothing of the workspace: a candidate's top-level module named
+        # like one it imports at start (pygments, a venv's `_virtualenv` .pth hook) would run in the
+        # worker, which holds the channel. Its test processes get the project's path per request.
+        env["PYTHONPATH"] = str(PLUGIN_DIR)
         # The worker, and every test it forks, runs inside the sandbox, on a channel of its own.
         argv = [self.toolchain.python, str(WORKER), *self.preload]
         proc = self.toolchain.start_resident(argv, env, channel=True)
         if proc is None:
             raise RuntimeError("the warm test runner did not start")
+        try:
+            self._chain = _chain(proc.pid)
+        except OSError as exc:  # (fail closed: a sandbox whose processes cannot be seen)
+            kill_group(proc)
+            raise RuntimeError(f"the warm test runner's processes cannot be seen: {exc}") from None
+        self._init = _pidfd(self._chain[1]) if len(self._chain) > 2 else None
         self.starts += 1
         return proc
 
@@ -114,16 +130,19 @@ class WarmRunner:
                 why = "unreadable reply" if parsed is None else "a reply that does not match its request"
                 return ProcessResult(-9, f"the warm test runner gave {why}", 0.0, error=why)
             reply, returncode, seconds, timed_out = parsed
-            if leftover := _left_in_sandbox(proc.pid):
+            if leftover := _left_in_sandbox(proc.pid, self._chain):
                 # Something of the request still runs: nothing on the host may start beside it.
                 self._drop(proc)
                 return ProcessResult(-9, leftover, seconds, timed_out, error=leftover)
-            if spare:
-                _send(proc, {"spare_now": True})
+            self._spare_wanted = spare  # forked once the workspace is put back (`restored`)
             self.readied += bool(reply.get("readied"))
             text = _read_output(tmp.fd)
             error = self._reply_error(reply)
         return ProcessResult(returncode, text, seconds, timed_out, error=error)
+
+    @functools.cached_property
+    def _pythonpath(self) -> str:
+        return self.toolchain.python_env()["PYTHONPATH"]
 
     def _worker(self) -> subprocess.Popen[str]:
         """The running worker, started afresh when there is none or it has exited."""
@@ -133,9 +152,17 @@ class WarmRunner:
         return proc
 
     def _drop(self, proc: subprocess.Popen[str]) -> None:
-        """Kill a worker that can no longer be trusted, so the next request starts a new one."""
+        """Kill a worker that can no longer be trusted, so the next request starts a new one; returns
+        once its whole sandbox is gone (its init's exit: the kernel has killed all else first)."""
         kill_group(proc)
         self._proc = None
+        self._spare_wanted = False
+        init, self._init = self._init, None
+        if init is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(init, signal.SIGKILL)
+                select.select([init], [], [], 10)
+            os.close(init)
 
     def _request(
         self,
@@ -155,7 +182,8 @@ class WarmRunner:
             "args": [seen(a) for a in args],
             "tests": [seen(t) for t in tests],
             "spare": spare,
-            "env": {k: seen(v) for k, v in env.items()},
+            # (the worker runs with our plugin alone on its path: its test processes get the project's)
+            "env": {k: seen(v) for k, v in {"PYTHONPATH": self._pythonpath, **env}.items()},
             "cwd": seen(str(self.toolchain.project)),
             "path": [seen(str(PLUGIN_DIR)), seen(str(self.toolchain.project))],
             "timeout": timeout_s,
@@ -171,6 +199,19 @@ class WarmRunner:
             return "processes the tests started could not be killed"
         return None
 
+    def restored(self, clean: bool) -> None:
+        """The workspace is put back to a state (after the last request, and after the gate); when
+        `clean` (nothing of the last request's tests had to be undone), the worker may now fork the
+        child it readies ahead. Never sooner: it imports conftests from the workspace as it is."""
+        wanted, self._spare_wanted = self._spare_wanted, False
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        if not clean:
+            self.discard_spare()  # (one readied on an earlier state may have seen what was undone)
+        elif wanted:
+            _send(proc, {"spare_now": True})
+
     def discard_spare(self) -> None:
         """Drop the test child readied ahead: it configured pytest while the workspace still held
         what a candidate's tests wrote (the next request forks a fresh one)."""
@@ -179,8 +220,7 @@ class WarmRunner:
 
     def close(self) -> None:
         if (proc := self._proc) is not None:
-            self._proc = None
-            kill_group(proc)
+            self._drop(proc)
 
     def cancel(self) -> None:
         """From another thread: kill the worker (and the run it serves: that run gives no verdict)
@@ -214,31 +254,49 @@ def _exchange(
 
 
 def _children(pid: int) -> list[int]:
-    """The children of `pid` (of every thread), from /proc; empty when it is gone."""
+    """The children of `pid` (of every thread), from /proc; empty when it is gone. Raises OSError
+    where the kernel does not list children (no verdict can rest on a check that cannot look)."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+    except FileNotFoundError:
         return found
     for tid in tasks:
-        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as f:
-            found += [int(c) for c in f.read().split()]
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                raise
     return found
 
 
-def _left_in_sandbox(pid: int) -> str | None:
-    """Why the worker's sandbox still holds more than the worker, or None. It is one chain of single
-    children down to the worker (env/sh/bwrap, the sandbox's init, the worker itself; the worker
-    alone without a sandbox), and the worker has no child left once it has replied: any other
-    process is one the request started, still running."""
-    for _ in range(8):
-        children = _children(pid)
-        if not children:
+def _chain(pid: int) -> list[int]:
+    """The processes from `pid` (what was spawned: env/sh/bwrap, or the worker itself) down to the
+    worker, each the only child of the one before; taken when the worker has said it is ready."""
+    chain = [pid]
+    while len(chain) < 8 and len(children := _children(chain[-1])) == 1:
+        chain.append(children[0])
+    return chain
+
+
+def _left_in_sandbox(pid: int, chain: Sequence[int]) -> str | None:
+    """Why the worker's sandbox holds more than it did when the worker started, or None: the same
+    chain of single children down to the worker, and the worker with no child once it has replied.
+    Any other process is one the request started, still running."""
+    try:
+        if _chain(pid) == list(chain) and not _children(chain[-1]):
             return None
-        if len(children) > 1:
-            break
-        pid = children[0]
+    except OSError:
+        return "the sandbox's processes cannot be seen (/proc/PID/task/TID/children): no verdict"
     return "processes the tests started were still running after the reply (killed; no verdict)"
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 def _parse_reply(line: str) -> tuple[dict[str, Any], int, float, bool] | None:
