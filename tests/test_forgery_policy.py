@@ -117,6 +117,7 @@ def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make
             "importlib.import_module",
         ),
         ("import ctypes\n", "dynamic-code", "import ctypes"),
+        ("from importlib.metadata import entry_points\n", "dynamic-code", "importlib.metadata.entry_points"),
         ("import marshal\n", "dynamic-code", "import marshal"),
         ("import pickle\nx = pickle.loads(b)\n", "dynamic-code", "pickle.loads"),
         ("import sys\nm = getattr(sys, name)\n", "dynamic-code", "getattr(sys, <a computed name>)"),
@@ -155,6 +156,8 @@ def test_what_an_edit_adds_to_the_code_under_test_is_named_with_its_rule(added, 
         "y = globals()['g']\n",  # reading a global by name
         "import types\nT = isinstance(g, types.FunctionType)\n",
         "import typing\nX: typing.Any = 1\n",
+        "from importlib.metadata import version\nV = version('x')\n",  # a distribution's data
+        "import importlib.resources\nT = importlib.resources.files('x')\n",
     ],
 )
 def test_ordinary_code_adds_nothing_the_policy_refuses(added):
@@ -169,12 +172,20 @@ def test_a_file_that_imported_pytest_before_may_keep_using_it():
     assert findings("x = 1\n", "import pytest\nx = 1\n") == ["test-framework: import pytest"]
 
 
-def test_rewriting_a_line_that_already_ran_dynamic_code_adds_none():
-    """A mutant's fix restores the project's own line, `exec` and all (boltons' funcutils)."""
+def test_what_a_file_already_did_a_fix_may_do_again():
+    """A mutant's fix restores the project's own line, `exec` and all (boltons' funcutils), or writes
+    back a `sys._getframe` line a mutant deleted (boltons' namedutils reads it in two places)."""
     mutant = "def build(src, ns):\n    exec(src + 'x', ns)\n    return ns\n"
-    fixed = mutant.replace("+ 'x'", "+ 'y'")
-    assert findings(mutant, fixed) == []
-    assert findings(mutant, fixed + "\n\nexec('z')\n") == ["dynamic-code: exec"]
+    assert findings(mutant, mutant.replace("+ 'x'", "+ 'y'")) == []
+    original = (
+        "import sys\n\n\ndef a():\n    return sys._getframe(1)\n\n\ndef b():\n    return sys._getframe(2)\n"
+    )
+    assert findings(original.replace("    return sys._getframe(1)\n", "    pass\n"), original) == []
+    assert findings("import sys\n", original) == ["dynamic-code: _getframe", "dynamic-code: _getframe"]
+    # (toolz's _build_tlz manipulates sys.modules: a mutant of such a line is fixed by writing it back)
+    tlz = "import sys\n\nsys.modules['a'] = 1\nsys.modules['b'] = 2\n"
+    assert findings(tlz.replace("sys.modules['b']", "spec.modules['b']"), tlz) == []
+    assert findings("import sys\n", tlz) == ["harness: sys.modules", "harness: sys.modules"]
 
 
 def test_the_tests_may_import_pytest_when_test_edits_are_allowed():

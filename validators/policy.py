@@ -483,7 +483,10 @@ _DYNAMIC_MODULES = frozenset(
 _DYNAMIC_NAMES = frozenset(
     {"inspect.currentframe", "inspect.stack", "inspect.getouterframes", "inspect.getinnerframes"}
     | {"inspect.trace", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "types.CodeType"}
+    | {"importlib.metadata.entry_points"}  # (what loads plugins by name)
 )
+# Parts of those modules that read a distribution's data, no code: toolz's `version("toolz")`.
+_READS_DATA = ("importlib.metadata", "importlib.resources")
 # Frames, code objects and the objects behind them: how code reaches its callers' (pytest's) state.
 _FRAME_ATTRS = frozenset(
     {"f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame"}
@@ -530,16 +533,19 @@ def _hunks(before: list[str], after: list[str]) -> list[tuple[int, int, int, int
 
 
 def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
-    """What the lines an edit adds to a Python file do that the policy refuses. A construct counts
-    only when the region it replaced had none like it: an edit that only rewrites a line the project
-    wrote with `exec` (a mutant's fix) adds no dynamic code. The test framework and dynamic code are
-    looked for outside the tests; ralph's names, the harness and silencing comments everywhere."""
+    """What the lines an edit adds to a Python file do that the policy refuses. A silencing comment
+    counts only when the region it replaced had none like it (a mutant's fix of a line with a
+    `# noqa: E501` keeps it); the harness's words and the constructs of the syntax rules only when
+    the file had none like them anywhere (what a file already did, as boltons' namedutils reads
+    `sys._getframe`, a fix may do again: a mutant that deleted that line is fixed by writing it
+    back); ralph's own words always. The test framework and dynamic code are looked for outside the
+    tests; ralph's words, the harness and silencing comments everywhere."""
     if not change.path.endswith((".py", ".pyi")) or change.after is None:
         return []
     before_text = change.before or ""
     before, after = before_text.splitlines(), change.after.splitlines()
     hunks = [(0, 0, 0, len(after))] if change.before is None else _hunks(before, after)
-    found = _lexical(change.path, before, after, hunks, _LEXICAL)
+    found = _lexical(change.path, before, after, hunks, _LEXICAL, _harness_words(before_text))
     if test_file or change.path.endswith(".pyi") or not hunks:
         return found
     tree, old = _parse(change.after), _parse(before_text) if change.before else None
@@ -547,9 +553,12 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
         rules = (("dynamic-code", _DYNAMIC_TEXT), ("test-framework", _FRAMEWORK_TEXT))
         return found + _lexical(change.path, before, after, hunks, rules)
     # Only the statements the changed regions meet are read (a one-line edit of a large module).
-    now = _Reach(tree, _imports(old, before_text), [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1])
-    then = _Reach(old, frozenset(), [(i1 + 1, i2) for i1, i2, _, _ in hunks if i2 > i1]) if old else None
-    return found + _new_constructs(change.path, hunks, now.found, then.found if then else ())
+    spans = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
+    had = _kinds(before_text) if old is not None else frozenset()
+    for c in _Reach(tree, _imports(old, before_text), spans).found:
+        if (c.rule, c.what) not in had and any(c.first <= hi and c.last >= lo for lo, hi in spans):
+            found.append(Finding(c.rule, change.path, c.first, c.what))
+    return found
 
 
 def _lexical(
@@ -558,17 +567,29 @@ def _lexical(
     after: list[str],
     hunks: list[tuple[int, int, int, int]],
     rules: Sequence[tuple[str, re.Pattern[str]]],
+    known: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[Finding]:
+    """The words of `rules` the changed regions add: those the region replaced had none like,
+    and that are not `known` (in the file already)."""
     found = []
     for i1, i2, j1, j2 in hunks:
         had = Counter(_keys(before[i1:i2], rules))
         for number in range(j1, j2):
             for rule, what in _keys(after[number : number + 1], rules):
+                if (rule, what) in known:
+                    continue
                 if had[(rule, what)]:
                     had[(rule, what)] -= 1
                 else:
                     found.append(Finding(rule, path, number + 1, what))
     return found
+
+
+@functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
+def _harness_words(text: str) -> frozenset[tuple[str, str]]:
+    """The harness's words a text has anywhere (a file that manipulates `sys.modules` itself, as
+    toolz's `_build_tlz` does, may get a line that does so back; ralph's own words never)."""
+    return frozenset(_keys(text.splitlines(), [r for r in _LEXICAL if r[0] == "harness"]))
 
 
 def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) -> Iterator[tuple[str, str]]:
@@ -581,27 +602,11 @@ def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) ->
                 )
 
 
-def _new_constructs(
-    path: str, hunks: list[tuple[int, int, int, int]], now: Sequence[_Construct], then: Sequence[_Construct]
-) -> list[Finding]:
-    """The constructs of the new text in a changed region, less those of the region it replaced
-    (each construct counted in the first region it meets)."""
-    found, seen_now, seen_then = [], set(), set()
-    for i1, i2, j1, j2 in hunks:
-        had: Counter[tuple[str, str]] = Counter()
-        for k, c in enumerate(then):
-            if k not in seen_then and c.first <= i2 and c.last > i1:
-                seen_then.add(k)
-                had[(c.rule, c.what)] += 1
-        for k, c in enumerate(now):
-            if k in seen_now or not (c.first <= j2 and c.last > j1):
-                continue
-            seen_now.add(k)
-            if had[(c.rule, c.what)]:
-                had[(c.rule, c.what)] -= 1
-            else:
-                found.append(Finding(c.rule, path, c.first, c.what))
-    return found
+@functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
+def _kinds(text: str) -> frozenset[tuple[str, str]]:
+    """The rules and constructs a Python text has anywhere."""
+    tree = _parse(text)
+    return frozenset((c.rule, c.what) for c in _Reach(tree, frozenset(), None).found) if tree else frozenset()
 
 
 @functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
@@ -672,10 +677,12 @@ class _Reach(ast.NodeVisitor):
     before the edit, `already`, excepted). What a module is: a name an `import` binds, a dotted
     module an `import` names, or a well-known module's name the file binds to nothing else."""
 
-    def __init__(self, tree: ast.Module, already: frozenset[str], spans: Sequence[tuple[int, int]]) -> None:
+    def __init__(
+        self, tree: ast.Module, already: frozenset[str], spans: Sequence[tuple[int, int]] | None
+    ) -> None:
         self.found: list[_Construct] = []
         self.already = already
-        self.spans = spans  # the lines read: statements that meet none are passed over
+        self.spans = spans  # the lines read (None: all): statements that meet none are passed over
         self.modules: dict[str, str] = {}  # a name an `import` binds -> its module
         self.dotted: set[str] = set()  # the dotted modules `import a.b` names
         self.imported: dict[str, str] = {}  # a name a `from` import binds -> module.name
@@ -694,7 +701,7 @@ class _Reach(ast.NodeVisitor):
         self.visit(tree)
 
     def visit(self, node: ast.AST) -> None:
-        if isinstance(node, ast.stmt):
+        if isinstance(node, ast.stmt) and self.spans is not None:
             first, last = node.lineno, node.end_lineno or node.lineno
             if not any(first <= hi and last >= lo for lo, hi in self.spans):
                 return
@@ -754,7 +761,7 @@ class _Reach(ast.NodeVisitor):
             return
         self._import(node, node.module)
         for alias in node.names:
-            if f"{node.module}.{alias.name}" in _DYNAMIC_NAMES:
+            if f"{node.module}.{alias.name}" in _DYNAMIC_NAMES:  # (the module itself: `_import`)
                 self._add("dynamic-code", f"{node.module}.{alias.name}", node)
 
     def _import(self, node: ast.AST, module: str) -> None:
@@ -763,7 +770,7 @@ class _Reach(ast.NodeVisitor):
             return
         if top in _TEST_FRAMEWORK:
             self._add("test-framework", f"import {module}", node)
-        elif top in _DYNAMIC_MODULES:
+        elif _dynamic(module):
             self._add("dynamic-code", f"import {module}", node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -796,11 +803,7 @@ class _Reach(ast.NodeVisitor):
             spelled = f"{module}.{attr.value}"
             for rule, what in _keys([spelled], _LEXICAL[:2]):
                 self._add(rule, f"getattr({module}, {attr.value!r}): {what}", node)
-            if (
-                attr.value in _FRAME_ATTRS
-                or spelled in _DYNAMIC_NAMES
-                or module.split(".")[0] in _DYNAMIC_MODULES
-            ):
+            if attr.value in _FRAME_ATTRS or _dynamic(spelled):
                 self._add("dynamic-code", f"getattr({module}, {attr.value!r})", node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -809,7 +812,7 @@ class _Reach(ast.NodeVisitor):
         if node.id in (_RUNS_CODE - {"compile"}) | _REFLECTION and not self._defined(node.id):
             self._add("dynamic-code", f"{node.id} (as a value)", node)
         qualified = self.imported.get(node.id)
-        if qualified and (qualified in _DYNAMIC_NAMES or qualified.split(".")[0] in _DYNAMIC_MODULES):
+        if qualified and _dynamic(qualified):
             self._add("dynamic-code", qualified, node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -818,11 +821,7 @@ class _Reach(ast.NodeVisitor):
         module = self._module(node.value)
         if module is not None:
             spelled = f"{module}.{node.attr}"
-            if (
-                node.attr == "__dict__"
-                or spelled in _DYNAMIC_NAMES
-                or module.split(".")[0] in _DYNAMIC_MODULES
-            ):
+            if node.attr == "__dict__" or _dynamic(spelled):
                 self._add("dynamic-code", spelled, node)
         if node.attr in _WRITES and _is_globals(node.value):
             self._add("dynamic-code", f"globals().{node.attr}", node)
@@ -832,6 +831,15 @@ class _Reach(ast.NodeVisitor):
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
             self._add("dynamic-code", "globals()[...] written", node)
         self.generic_visit(node)
+
+
+def _dynamic(qualified: str) -> bool:
+    """Whether a module or a name in one (`importlib.import_module`) is dynamic code."""
+    if qualified in _DYNAMIC_NAMES:
+        return True
+    if any(qualified == m or qualified.startswith(m + ".") for m in _READS_DATA):
+        return False
+    return qualified.split(".")[0] in _DYNAMIC_MODULES
 
 
 def _is_globals(node: ast.expr) -> bool:
