@@ -441,6 +441,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         plausibility=config.plausibility,
         api_changes=config.api_changes,
         run_budget_s=config.max_seconds,
+        allow=tuple(config.allow) or None,  # (none given: the project's own [tool.ralph] allow)
     )
 
 

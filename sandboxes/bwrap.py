@@ -67,6 +67,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from ralph.domain.errors import UnsafePath
 from ralph.domain.results import ProcessResult
@@ -351,6 +352,7 @@ class BwrapSandbox:
         start = time.monotonic()
         cgroups = self._new_cgroup()
         info_read, info_write = os.pipe()
+        filter_fd = -1
         try:
             # Output goes to an unlinked temp file: a child printing gigabytes costs us no memory,
             # and RLIMIT_FSIZE caps the file at `file_bytes` on disk.
@@ -359,22 +361,12 @@ class BwrapSandbox:
                 command = self._command(
                     argv, cwd=cwd, env=env, cgroups=cgroups, info_fd=info_write, filter_fd=filter_fd
                 )
-                with self._starting:
-                    if self._cancelled.is_set():
-                        return ProcessResult(-9, "", 0.0, error="cancelled")
-                    proc = subprocess.Popen(
-                        command,
-                        env={},  # bwrap's own environment is readable in the sandbox at /proc/1/environ
-                        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        pass_fds=(info_write, filter_fd),
-                        start_new_session=True,
-                    )
-                    self._live.add(proc)
-                os.close(info_write)
-                os.close(filter_fd)
-                info_write = -1
+                proc = self._spawn(command, out, stdin is not None, (info_write, filter_fd))
+                if proc is None:
+                    return ProcessResult(-9, "", 0.0, error="cancelled")
+                for fd in (info_write, filter_fd):
+                    os.close(fd)
+                info_write = filter_fd = -1
                 init = _open_init(info_read)
                 if stdin is not None and proc.stdin is not None:
                     threading.Thread(
@@ -385,17 +377,35 @@ class BwrapSandbox:
                 finally:
                     _end_sandbox(proc, init)
                     self._live.discard(proc)
-                timed_out = ended == "timeout"
                 returncode = proc.returncode if ended == "exited" else -9
                 output = read_capped(out, self.max_output)
         finally:
-            os.close(info_read)
-            if info_write >= 0:
-                os.close(info_write)
+            for fd in (info_read, info_write, filter_fd):
+                if fd >= 0:
+                    os.close(fd)
             for cgroup in cgroups:
                 _remove_cgroup(cgroup)
         error = "the command wrote more than the disk cap allows (killed)" if ended == "disk" else None
-        return ProcessResult(returncode, output, time.monotonic() - start, timed_out, error=error)
+        return ProcessResult(returncode, output, time.monotonic() - start, ended == "timeout", error=error)
+
+    def _spawn(
+        self, command: Sequence[str], out: IO[bytes], stdin: bool, fds: tuple[int, ...]
+    ) -> subprocess.Popen[bytes] | None:
+        """Start bwrap (None once the sandbox is cancelled: then nothing starts)."""
+        with self._starting:
+            if self._cancelled.is_set():
+                return None
+            proc = subprocess.Popen(
+                command,
+                env={},  # bwrap's own environment is readable in the sandbox at /proc/1/environ
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=fds,
+                start_new_session=True,
+            )
+            self._live.add(proc)
+        return proc
 
     def cancel(self) -> None:
         """Kill what `run` runs now (from another thread), and run nothing more: bwrap dies, and with
@@ -442,27 +452,9 @@ class BwrapSandbox:
         # The kernel's settings and triggers stay read-only whoever the sandbox runs as.
         for knob in ("sys", "sysrq-trigger", "irq", "bus"):
             command += ["--ro-bind-try", f"/proc/{knob}", f"/proc/{knob}"]
-        # Mount parents before children, so a workspace under /tmp or $HOME shows through the tmpfs,
-        # and a home inside the workspace stays masked; at the same path the bind wins.
         child = self._child_env(env)
-        masked = self._masked(child)
-        mounts = [(len(p.parts), 0, [*size, "--tmpfs", str(p)]) for p in masked]
-        bind = "--bind" if self.workspace_writable else "--ro-bind"
+        command += self._mounts(argv, cwd, child, size)
         at = self.mount_at or self.workspace
-        mounts.append((len(at.parts), 1, [bind, str(self.workspace), str(at)]))
-        mounts += [(len(p.parts), 1, ["--bind-try", str(p), str(p)]) for p in self.writable]
-        # (found from the host's paths: the workspace's own, before they are translated)
-        exposed, _ = self._mount_points(self._exposed(argv, cwd, child, masked))
-        for path in exposed:
-            mounts.append((len(path.parts), 1, ["--ro-bind", str(path), str(path)]))
-        # The folders on the way to a bind inside a private mount: bwrap would make them for root
-        # alone, and the sandbox's user must pass through them.
-        binds = [at, *self.writable]
-        for folder in _folders_between(masked, [*binds, *exposed]):
-            if not any(folder.is_relative_to(b) and folder != b for b in binds):  # (those exist)
-                mounts.append((len(folder.parts), 0, ["--perms", "0755", "--dir", str(folder)]))
-        for _, _, ops in sorted(mounts, key=lambda m: m[:2]):
-            command += ops
         git = self.workspace / ".git"
         if git.exists():  # a directory, or the file of a worktree (its target is outside: read-only)
             command += ["--ro-bind", str(git), str(at / ".git")]
@@ -490,6 +482,30 @@ class BwrapSandbox:
             )
             command = ["/bin/sh", "-c", script, *(str(c / "cgroup.procs") for c in cgroups), *command]
         return command
+
+    def _mounts(
+        self, argv: Sequence[str], cwd: str | Path, child: Mapping[str, str], size: list[str]
+    ) -> list[str]:
+        """The masking tmpfs mounts and the binds, parents before children, so a workspace under
+        /tmp or $HOME shows through the tmpfs and a home inside the workspace stays masked; at the
+        same path the bind wins."""
+        masked = self._masked(child)
+        mounts = [(len(p.parts), 0, [*size, "--tmpfs", str(p)]) for p in masked]
+        bind = "--bind" if self.workspace_writable else "--ro-bind"
+        at = self.mount_at or self.workspace
+        mounts.append((len(at.parts), 1, [bind, str(self.workspace), str(at)]))
+        mounts += [(len(p.parts), 1, ["--bind-try", str(p), str(p)]) for p in self.writable]
+        # (found from the host's paths: the workspace's own, before they are translated)
+        exposed, _ = self._mount_points(self._exposed(argv, cwd, child, masked))
+        for path in exposed:
+            mounts.append((len(path.parts), 1, ["--ro-bind", str(path), str(path)]))
+        # The folders on the way to a bind inside a private mount: bwrap would make them for root
+        # alone, and the sandbox's user must pass through them.
+        binds = [at, *self.writable]
+        for folder in _folders_between(masked, [*binds, *exposed]):
+            if not any(folder.is_relative_to(b) and folder != b for b in binds):  # (those exist)
+                mounts.append((len(folder.parts), 0, ["--perms", "0755", "--dir", str(folder)]))
+        return [op for _, _, ops in sorted(mounts, key=lambda m: m[:2]) for op in ops]
 
     def _child_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         """The command's environment: the allowlist, `env`, the masked home; mounted at the user's

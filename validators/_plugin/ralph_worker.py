@@ -438,33 +438,7 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
         if pid == 0:
             _run_child(request)
     secret = _secret()  # (the child, forked without it, never holds it)
-    deadline = start + timeout
-    status = None
-    pidfd = _pidfd(pid)
-    cap = int(_SETTINGS.get("RALPH_DISK_CAP") or 1 << 30)
-    free_at_start = _free_bytes(request["cwd"])
-    disk_exceeded = False
-    while status is None:
-        done, raw = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = raw
-        elif time.monotonic() > deadline:
-            break
-        elif (
-            free_at_start is not None and free_at_start - (_free_bytes(request["cwd"]) or free_at_start) > cap
-        ):
-            disk_exceeded = True
-            break
-        elif os.getppid() != _PARENT:  # ralph is gone: take the test down with us
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            os._exit(1)
-        elif pidfd is not None:  # woken the moment the child exits
-            select.select([pidfd], [], [], max(0.0, min(0.25, deadline - time.monotonic())))
-        else:
-            time.sleep(0.002)
-    if pidfd is not None:
-        os.close(pidfd)
+    status, disk_exceeded = _wait_child(pid, start + timeout, request["cwd"])
     timed_out = status is None and not disk_exceeded
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)  # the child's stragglers too (a test that forked)
@@ -485,6 +459,35 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
         "seconds": time.monotonic() - start,
         "readied": readied,
     }
+
+
+def _wait_child(pid: int, deadline: float, cwd: str) -> tuple[int | None, bool]:
+    """The child's wait status (None past `deadline`, or once the disk cap is passed: then True)."""
+    status = None
+    pidfd = _pidfd(pid)
+    cap = int(_SETTINGS.get("RALPH_DISK_CAP") or 1 << 30)
+    free_at_start = _free_bytes(cwd)
+    disk_exceeded = False
+    while status is None:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = raw
+        elif time.monotonic() > deadline:
+            break
+        elif free_at_start is not None and free_at_start - (_free_bytes(cwd) or free_at_start) > cap:
+            disk_exceeded = True
+            break
+        elif os.getppid() != _PARENT:  # ralph is gone: take the test down with us
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            os._exit(1)
+        elif pidfd is not None:  # woken the moment the child exits
+            select.select([pidfd], [], [], max(0.0, min(0.25, deadline - time.monotonic())))
+        else:
+            time.sleep(0.002)
+    if pidfd is not None:
+        os.close(pidfd)
+    return status, disk_exceeded
 
 
 def main() -> None:
