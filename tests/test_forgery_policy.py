@@ -416,6 +416,22 @@ def test_a_new_file_git_ignores_is_refused(make_repo, tmp_path):
     assert "git ignores" in verdict["reason"] and "generated/helper.py" in verdict["reason"]
 
 
+def test_a_new_file_the_repositorys_own_excludes_ignore_is_refused(make_repo, tmp_path):
+    """`.git/info/exclude` is the user's too, though the workspace's copy has no `.git/info`."""
+    repo = make_repo(BUGGY_WINDOWS)
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("local/\n")
+    helper = "def last_start(xs, k):\n    return len(xs) - k + 1\n"
+    fixed = "from local.helper import last_start\n\n\n" + BUGGY.replace(
+        "range(len(xs) - k)", "range(last_start(xs, k))"
+    )
+    drafter = replay(
+        tmp_path, {"description": "hide", "files": {"local/helper.py": helper, "windows.py": fixed}}
+    )
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "git ignores" in verdict["reason"] and "local/helper.py" in verdict["reason"]
+
+
 def test_a_project_in_a_subdirectory_is_judged_by_the_repositorys_ignores(make_repo, tmp_path):
     files = {f"app/{k}": v for k, v in BUGGY_WINDOWS.items()}
     repo = make_repo({**files, ".gitignore": "*.generated.py\n"})

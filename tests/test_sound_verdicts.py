@@ -208,7 +208,7 @@ def test_a_test_process_killed_after_its_tests_passed_gives_no_verdict(tmp_path)
     assert result.error is not None and "signal 9" in result.error  # ...and vouches for nothing
 
 
-def test_a_report_rewritten_to_passing_disagrees_with_pytests_exit_status(tmp_path):
+def test_a_report_writer_replaced_to_write_passes_is_caught(tmp_path):
     write_files(
         tmp_path,
         {
@@ -220,7 +220,27 @@ def test_a_report_rewritten_to_passing_disagrees_with_pytests_exit_status(tmp_pa
         },
     )
     result = _pytest_stage(tmp_path)
-    assert result.error is not None and "disagree with pytest" in result.error
+    assert result.error is not None and "_write was replaced" in result.error
+
+
+def test_a_report_rewritten_to_passing_disagrees_with_pytests_exit_status(tmp_path):
+    """The report's file, not the functions the plugin checks: pytest's own count still disagrees."""
+    write_files(
+        tmp_path,
+        {
+            "tests/test_a.py": "def test_one():\n    assert False\n",
+            "tests/conftest.py": (
+                "import ralph_pytest_report as r\n\n\nclass Passing:\n"
+                "    def __init__(self, f):\n        self.f = f\n\n"
+                "    def write(self, line):\n"
+                "        return self.f.write(line.replace('\"failed\"', '\"passed\"'))\n\n"
+                "    def __getattr__(self, name):\n        return getattr(self.f, name)\n\n\n"
+                "r._report_file = Passing(r._report_file)\n"
+            ),
+        },
+    )
+    result = _pytest_stage(tmp_path)
+    assert result.error is not None and "disagree" in result.error
 
 
 def test_a_run_that_ends_through_os_exit_gives_no_verdict(tmp_path):

@@ -109,7 +109,7 @@ class MypyValidator:
     def _start(self) -> subprocess.Popen[str] | None:
         # Inside the sandbox (the workspace read-only): it reads the candidate's files, executes none.
         env = child_env(self.toolchain.python_env({"PYTHONPATH": ""}))
-        argv = [self.toolchain.python, "-I", str(CHECKER)]
+        argv = [self.toolchain.python, "-I", str(self.toolchain.plugin_dir / CHECKER.name)]
         return self.toolchain.start_resident(argv, env, self.toolchain.checker)
 
     def _request(self, args: list[str], timeout_s: float) -> tuple[dict[str, object], str | None]:

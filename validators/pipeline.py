@@ -40,10 +40,14 @@ from validators.mypy import MypyValidator, plugin_files
 from validators.plausibility import PlausibilityValidator
 from validators.policy import (
     allowed_rules,
+    broad_python_files,
     check_scripts,
+    collected_files,
     git_ignored,
+    info_exclude,
     interpreter_prefix,
     literal_glob,
+    named_by_tests,
     project_tests,
     read_by_tests,
     refusal,
@@ -86,6 +90,7 @@ from validators.warm import candidates_runner
 # The coverage map's entry for the files the baseline's run read (our plugin's record, kept with the
 # coverage it was measured with): not a test.
 OPENED = "<opened>"
+PLUGINS = "<plugins>"  # the project's modules pytest loaded as plugins, in the same record
 # Tests in the first round of a large fail-fast selection (see `Verifier.run_selected`).
 FIRST_ROUND = 16
 
@@ -220,7 +225,7 @@ class Verifier:
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""
         cached = self.cache.load() if self.cache else None
-        if cached is not None and OPENED not in cached:  # measured before the plugin recorded reads
+        if cached is not None and PLUGINS not in cached:  # measured before the plugin recorded these
             cached = None
         suite = self.tests.baseline(timeout_s, coverage=cached is None)
         coverage = cached if cached is not None else self.tests.last_coverage
@@ -228,6 +233,7 @@ class Verifier:
             self.cache.store(coverage)
         coverage = dict(coverage)
         opened: dict[str, object] = dict(coverage.pop(OPENED, {}))
+        plugins = [p for p in coverage.pop(PLUGINS, {}) if not p.startswith(("/", "../"))]
         self.coverage = coverage
         # What a healthy run takes: tests that hit the per-test limit (a buggy loop) do not count, or
         # every candidate would get their minutes too.
@@ -239,8 +245,14 @@ class Verifier:
         self.test_files = {t.nodeid.split("::")[0] for t in suite.tests}
         self.durations = {t.nodeid: t.duration_s for t in suite.tests}
         if self.protected:  # what the tests read is theirs: a candidate that edits it edits a test
-            read = read_by_tests(opened, self.toolchain.project, self.is_test_file)
-            self.protected = tuple(dict.fromkeys((*self.protected, *(literal_glob(p) for p in read))))
+            project, root = self.toolchain.project, self.toolchain.root
+            theirs = [
+                *collected_files(self.durations, broad_python_files(project, root)),
+                *read_by_tests(opened, project, self.is_test_file),
+                *named_by_tests(project, self.test_files),
+                *plugins,
+            ]
+            self.protected = tuple(dict.fromkeys((*self.protected, *(literal_glob(p) for p in theirs))))
         self._check_targets(suite)
         stages = [suite, self.ruff.check(Scope(timeout_s=timeout_s))]
         if self.mypy:
@@ -497,7 +509,8 @@ class Verifier:
         if not project.is_relative_to(root):
             root = project
         prefix = "" if root == project else project.relative_to(root).as_posix() + "/"
-        ignored = set(git_ignored(root, [prefix + p for p in paths]))
+        excludes = info_exclude(self.toolchain.user_root)  # (the copy has no .git/info of its own)
+        ignored = set(git_ignored(root, [prefix + p for p in paths], excludes))
         return [p for p in paths if prefix + p in ignored]
 
     def _safe_fixes(self, attempt: Attempt) -> Attempt | None:

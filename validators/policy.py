@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import ast
 import atexit
+import codecs
 import configparser
 import difflib
+import doctest
 import fnmatch
 import functools
 import glob
@@ -272,7 +274,7 @@ def _pytest_settings(project: Path, root: Path | None) -> Iterator[tuple[Path, l
 def _toml_or_ini(folder: Path, name: str) -> Iterator[tuple[Path, list[str], list[str]]]:
     file = folder / name
     try:
-        text = file.read_text(encoding="utf-8") if file.is_file() else None
+        text = file.read_text(encoding="utf-8-sig") if file.is_file() else None  # (as pytest: a BOM)
     except (OSError, UnicodeDecodeError):
         return
     if text is None:
@@ -296,8 +298,26 @@ def _toml_or_ini(folder: Path, name: str) -> Iterator[tuple[Path, list[str], lis
             tables = [dict(parser.items(_SETTINGS_SECTIONS[name]))]
     for table in tables:
         testpaths, python_files = _words(table.get("testpaths")), _words(table.get("python_files"))
+        for name, value in _overrides(_words(table.get("addopts"))):  # `-o python_files=check_*.py`
+            (testpaths if name == "testpaths" else python_files).extend(_words(value))
         if testpaths or python_files:
             yield folder, testpaths, python_files
+
+
+def _overrides(addopts: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """The `testpaths` and `python_files` settings that `addopts` overrides (`-o`, `--override-ini`)."""
+    for i, word in enumerate(addopts):
+        if word in ("-o", "--override-ini"):
+            setting = addopts[i + 1] if i + 1 < len(addopts) else ""
+        elif word.startswith("--override-ini="):
+            setting = word.partition("=")[2]
+        elif word.startswith("-o"):
+            setting = word[2:]
+        else:
+            continue
+        name, _, value = setting.partition("=")
+        if name.strip() in ("testpaths", "python_files"):
+            yield name.strip(), value
 
 
 def _table(data: Mapping[str, object], *keys: str) -> object:
@@ -383,6 +403,107 @@ def read_by_tests(opened: Mapping[str, object], project: Path, is_test: Callable
         if any(o == "" or (isinstance(o, str) and is_test(o)) for o in openers):
             found.append(path)
     return sorted(found)
+
+
+def broad_python_files(project: Path, root: Path | None = None) -> bool:
+    """Whether the project's `python_files` take in every module (`*.py`): then a file pytest
+    collected a test from may be the code under test too."""
+    return any(set(names) & _TOO_BROAD for _, _, names in _pytest_settings(project, root))
+
+
+def collected_files(nodeids: Collection[str], broad: bool = False) -> list[str]:
+    """The files the baseline collected tests from, as tests (whatever setting, hook or option made
+    pytest collect them): each with a test that is not a doctest of a Python module (those items,
+    `mod.py::mod.func`, are the code's own examples: `doctest_edits` judges them); with `broad`
+    (`broad_python_files`), only files that are no Python module."""
+    found = set()
+    for nodeid in nodeids:
+        path, sep, rest = nodeid.partition("::")
+        if not sep or path.startswith(("/", "../")):
+            continue
+        doctest_item = path.endswith(".py") and "." in rest.split("[", 1)[0].split("::", 1)[0]
+        if not doctest_item and not (broad and path.endswith(".py")):
+            found.add(path)
+    return sorted(found)
+
+
+_PATHLIKE = re.compile(r"^[\w.@+-]+(?:/[\w.@+-]+)*$")
+_NOT_DATA = (".py", ".pyi", ".pyc", ".pyo", ".so", ".pyd")
+
+
+def named_by_tests(project: Path, test_files: Collection[str], limit: int = 20000) -> list[str]:
+    """The project's files (no Python) a test file names in a string: a path from the project or
+    from the test's folder, or a file name found anywhere in the project (`Path(__file__).parent /
+    "data" / "expected.json"`). What a test hands a subprocess or a helper to read, which the
+    baseline's record of opened files does not see."""
+    strings: set[str] = set()
+    for test in test_files:
+        if not test.endswith(".py"):
+            continue
+        try:
+            tree = _parse((project / test).read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        folder = posixpath.dirname(test)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
+                word = node.value.strip().removeprefix("./")
+                if _PATHLIKE.match(word) and ("." in word.strip(".") or "/" in word):
+                    strings.update({word, posixpath.normpath(posixpath.join(folder, word))})
+    if not strings:
+        return []
+    found = []
+    for path in _data_files(project, limit):
+        if path in strings or posixpath.basename(path) in strings:
+            found.append(path)
+    return sorted(found)
+
+
+def _data_files(project: Path, limit: int) -> Iterator[str]:
+    """The project's files that are no Python (hidden folders, virtual environments and caches not
+    walked), project-relative; at most `limit` looked at."""
+    seen = 0
+    for directory, dirs, files in os.walk(project):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
+        dirs[:] = [d for d in dirs if not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))]
+        for name in files:
+            seen += 1
+            if seen > limit:
+                return
+            if not name.endswith(_NOT_DATA):
+                yield Path(os.path.relpath(os.path.join(directory, name), project)).as_posix()
+
+
+def doctest_edits(changes: Sequence[FileChange]) -> list[str]:
+    """The Python files whose doctest examples (the `>>>` lines of a docstring and the output they
+    expect) an edit changes: the code's own tests, run with `--doctest-modules`."""
+    edited = []
+    for change in changes:
+        if not change.path.endswith(".py") or change.before is None or ">>>" not in change.before:
+            continue
+        if _examples(change.before) != _examples(change.after or ""):
+            edited.append(change.path)
+    return edited
+
+
+@functools.lru_cache(maxsize=8)
+def _examples(text: str) -> tuple[tuple[str, str], ...] | None:
+    """Every doctest example in a module's docstrings, in order (None where it does not parse)."""
+    tree = _parse(text)
+    if tree is None:
+        return None
+    parser = doctest.DocTestParser()
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring and ">>>" in docstring:
+                try:
+                    examples = parser.get_examples(docstring)
+                except ValueError:
+                    examples = []
+                found += [(e.source.strip(), e.want.strip()) for e in examples]
+    return tuple(found)
 
 
 def interpreter_prefix(python: str, project: Path) -> tuple[str, ...]:
@@ -484,6 +605,8 @@ _DYNAMIC_NAMES = frozenset(
     {"inspect.currentframe", "inspect.stack", "inspect.getouterframes", "inspect.getinnerframes"}
     | {"inspect.trace", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "types.CodeType"}
     | {"importlib.metadata.entry_points"}  # (what loads plugins by name)
+    | {"operator.attrgetter", "operator.methodcaller"}  # (getattr and calls by a name given as data)
+    | {"object.__getattribute__", "type.__getattribute__"}
 )
 # Parts of those modules that read a distribution's data, no code: toolz's `version("toolz")`.
 _READS_DATA = ("importlib.metadata", "importlib.resources")
@@ -491,14 +614,24 @@ _READS_DATA = ("importlib.metadata", "importlib.resources")
 _FRAME_ATTRS = frozenset(
     {"f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame"}
     | {"_getframe", "_current_frames", "__code__", "__globals__", "__subclasses__", "co_code"}
+    # How an object leads to others it was never handed: a builtin's module (`print.__self__` is
+    # builtins), a class's bases and subclasses, a closure's cells.
+    | {"__self__", "__bases__", "__base__", "__mro__", "__closure__", "cell_contents"}
 )
 _TEST_FRAMEWORK = frozenset({"pytest", "_pytest", "pluggy", "unittest", "mock"})
 # Names taken for modules wherever a file uses them without binding them otherwise.
 _WELL_KNOWN = frozenset(
     {"sys", "os", "builtins", "gc", "inspect", "importlib", "types", "ctypes", "marshal", "pickle"}
     | {"io", "posix", "site", "runpy", "threading", "_thread", "atexit", "signal", "faulthandler"}
-    | {"warnings", "logging", "pytest", "_pytest", "pluggy", "unittest"}
+    | {"warnings", "logging", "pytest", "_pytest", "pluggy", "unittest", "operator"}
+    | {"object", "type"}  # (builtin classes: what `object.__getattribute__` and `vars(type)` reach)
 )
+# Modules that are the harness's way in: held as a value (`m = sys`, `f(builtins)`), one leaves the
+# policy's sight of what is done with it.
+_HELD_MODULES = frozenset({"sys", "builtins", "gc", "inspect", "_pytest", "pluggy", "importlib", "types"})
+# Source encodings whose text reads as the code it is (another, UTF-7 say, hides code in a comment).
+_PLAIN_CODINGS = frozenset({"utf-8", "utf-8-sig", "ascii", "iso8859-1", "cp1252"})  # (codecs' names)
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _WRITES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
 
 
@@ -546,6 +679,9 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     before, after = before_text.splitlines(), change.after.splitlines()
     hunks = [(0, 0, 0, len(after))] if change.before is None else _hunks(before, after)
     found = _lexical(change.path, before, after, hunks, _LEXICAL, _harness_words(before_text))
+    coding = _coding(after)
+    if coding is not None and coding != _coding(before):
+        found.append(Finding("dynamic-code", change.path, coding[0], f"a source encoding of {coding[1]}"))
     if test_file or change.path.endswith(".pyi") or not hunks:
         return found
     tree, old = _parse(change.after), _parse(before_text) if change.before else None
@@ -558,7 +694,23 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     for c in _Reach(tree, _imports(old, before_text), spans).found:
         if (c.rule, c.what) not in had and any(c.first <= hi and c.last >= lo for lo, hi in spans):
             found.append(Finding(c.rule, change.path, c.first, c.what))
-    return found
+    return list(dict.fromkeys(found))
+
+
+def _coding(lines: Sequence[str]) -> tuple[int, str] | None:
+    """A source encoding the first two lines declare (PEP 263) whose text is not the code Python
+    runs from it: its line and name (UTF-7 hides code in what reads as a comment: the text we read is
+    not what runs). The plain ones (UTF-8, ASCII, Latin-1) are None."""
+    for number, line in enumerate(lines[:2], start=1):
+        match = _CODING.match(line)
+        if match is None:
+            continue
+        try:
+            name = codecs.lookup(match.group(1)).name
+        except LookupError:
+            name = match.group(1)  # (Python refuses to import it: not plain either)
+        return None if name in _PLAIN_CODINGS else (number, name)
+    return None
 
 
 def _lexical(
@@ -761,8 +913,12 @@ class _Reach(ast.NodeVisitor):
             return
         self._import(node, node.module)
         for alias in node.names:
-            if f"{node.module}.{alias.name}" in _DYNAMIC_NAMES:  # (the module itself: `_import`)
-                self._add("dynamic-code", f"{node.module}.{alias.name}", node)
+            qualified = f"{node.module}.{alias.name}"
+            if qualified in _DYNAMIC_NAMES or alias.name in _FRAME_ATTRS:  # (the module: `_import`)
+                self._add("dynamic-code", qualified, node)
+            if node.module.split(".")[0] not in _TEST_FRAMEWORK:  # (those: the rules above)
+                for rule, what in _keys([qualified], _LEXICAL[:2]):  # `from sys import modules`
+                    self._add(rule, f"from {node.module} import {alias.name}: {what}", node)
 
     def _import(self, node: ast.AST, module: str) -> None:
         top = module.split(".")[0]
@@ -784,6 +940,7 @@ class _Reach(ast.NodeVisitor):
                 self.judged.add(id(func))
             elif func.id == "vars" and node.args and (module := self._module(node.args[0])):
                 self._add("dynamic-code", f"vars({module})", node)
+                self.judged.add(id(node.args[0]))
         elif isinstance(func, ast.Attribute) and func.attr in ("CodeType", "FunctionType"):
             self._add("dynamic-code", f"{func.attr}(...)", node)
         self.generic_visit(node)
@@ -794,6 +951,7 @@ class _Reach(ast.NodeVisitor):
         module = self._module(node.args[0]) if node.args else None
         if module is None:
             return
+        self.judged.add(id(node.args[0]))
         attr = node.args[1] if len(node.args) > 1 else None
         if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
             self._add("dynamic-code", f"{name}({module}, <a computed name>)", node)
@@ -814,15 +972,26 @@ class _Reach(ast.NodeVisitor):
         qualified = self.imported.get(node.id)
         if qualified and _dynamic(qualified):
             self._add("dynamic-code", qualified, node)
+        module = self._module(node)
+        if module in _HELD_MODULES:  # (`sys.x`, `getattr(sys, ...)`: judged where they are read)
+            self._add("dynamic-code", f"{module} (a module as a value)", node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and node.value in _FRAME_ATTRS:  # `vars(t)["__subclasses__"]`
+            self._add("dynamic-code", f"{node.value!r} (an attribute named by a string)", node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in _FRAME_ATTRS:
             self._add("dynamic-code", node.attr, node)
         module = self._module(node.value)
         if module is not None:
+            self.judged.add(id(node.value))
             spelled = f"{module}.{node.attr}"
             if node.attr == "__dict__" or _dynamic(spelled):
                 self._add("dynamic-code", spelled, node)
+            if spelled != _dotted(node):  # an alias's (`import sys as s; s.modules`): as if spelled
+                for rule, what in _keys([spelled], _LEXICAL[:2]):
+                    self._add(rule, f"{_dotted(node) or node.attr}: {what}", node)
         if node.attr in _WRITES and _is_globals(node.value):
             self._add("dynamic-code", f"globals().{node.attr}", node)
         self.generic_visit(node)
@@ -889,17 +1058,18 @@ def ignored_files(
     return found + [Finding("ignored-files", p, 0, "git ignores it") for p in created if p in names]
 
 
-def git_ignored(root: Path, paths: Sequence[str]) -> list[str]:
+def git_ignored(root: Path, paths: Sequence[str], excludes: str = "") -> list[str]:
     """Which of `paths` (relative to `root`, a work tree without `.git`) git ignores: the
-    `.gitignore` files under `root` and the user's own excludes, asked of git itself through an
-    empty repository of ours. Raises GitError when git cannot answer."""
+    `.gitignore` files under `root`, the user's own excludes and `excludes` (the text of the user's
+    repository's `.git/info/exclude`), asked of git itself through an empty repository of ours.
+    Raises GitError when git cannot answer."""
     argv = [
         "git",
         "-c",
         "core.fsmonitor=false",
         "-c",
         "core.hooksPath=/dev/null",
-        f"--git-dir={_empty_git_dir()}",
+        f"--git-dir={_empty_git_dir(excludes)}",
         f"--work-tree={root}",
         "check-ignore",
         "--no-index",
@@ -920,9 +1090,23 @@ def git_ignored(root: Path, paths: Sequence[str]) -> list[str]:
     return [os.fsdecode(p) for p in proc.stdout.split(b"\0") if p]
 
 
+def info_exclude(repository: Path | None) -> str:
+    """The text of a repository's `.git/info/exclude` (a worktree's: its common directory's), or ""."""
+    git = (repository or Path("/nonexistent")) / ".git"
+    try:
+        if git.is_file():  # a worktree's or a submodule's: `gitdir: PATH`, then its common directory
+            folder = (git.parent / git.read_text().partition("gitdir:")[2].strip()).resolve()
+            common = folder / "commondir"
+            git = (folder / common.read_text().strip()).resolve() if common.is_file() else folder
+        return (git / "info" / "exclude").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 @functools.cache
-def _empty_git_dir() -> str:
-    """A bare repository with nothing in it, for questions about a work tree that has no `.git`."""
+def _empty_git_dir(excludes: str = "") -> str:
+    """A bare repository with nothing in it (but `excludes` as its `info/exclude`), for questions
+    about a work tree that has no `.git`."""
     path = tempfile.mkdtemp(prefix="ralph-ignores-")
     atexit.register(shutil.rmtree, path, True)
     try:
@@ -933,6 +1117,8 @@ def _empty_git_dir() -> str:
         raise GitError(f"git init could not run: {exc}") from None
     if proc.returncode != 0:
         raise GitError(f"git init failed: {proc.stderr.decode(errors='replace').strip()}")
+    Path(path, "info").mkdir(exist_ok=True)
+    Path(path, "info", "exclude").write_text(excludes, encoding="utf-8")
     return path
 
 
@@ -955,6 +1141,8 @@ def refusal(
     paths = [c.path for c in changes]
     if edited := [p for p in paths if is_protected(p, protected)]:
         return f"edits to tests (and the files they read) are not allowed: {', '.join(edited)}"
+    if protected and (edited := doctest_edits(changes)):
+        return f"edits to tests are not allowed: the doctest examples in {', '.join(edited)}"
     if configs := config_edits(changes, plugin_files):
         return f"edits to how the project is checked are not allowed: {', '.join(configs)}"
     if only is not None and any(p not in only for p in paths):

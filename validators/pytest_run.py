@@ -263,6 +263,10 @@ def _no_verdict(
         return "the test report is torn or was replaced (a process killed mid-write, or tampering)"
     if end is None:
         return "pytest ended without its final report (killed, or os._exit in the code under test)"
+    tampered = end.get("tampered")
+    if not isinstance(tampered, list) or tampered:
+        what = "; ".join(str(t) for t in tampered[:3]) if isinstance(tampered, list) else "unchecked"
+        return f"pytest's harness was changed while the tests ran ({what})"
     if end.get("exitstatus") != run.returncode:
         return f"pytest's exit status {run.returncode} disagrees with its report ({end.get('exitstatus')})"
     failing = any(t.failing for t in tests)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
 import json
@@ -9,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +21,21 @@ from ralph.domain.results import ProcessResult
 from sandboxes.local import LocalSandbox, Started, kill_group, popen_owned, read_line
 
 PLUGIN_DIR = Path(__file__).parent / "_plugin"
+
+
+@functools.cache
+def _private_plugins() -> Path:
+    """A copy of our plugins outside every repository, readable by the sandbox's user, removed at
+    exit: where ralph runs from the repository it fixes (an editable install), the gate shows the
+    workspace at that path, and the plugins found there would be the candidate's."""
+    folder = Path(tempfile.mkdtemp(prefix="ralph-plugins-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for source in PLUGIN_DIR.glob("*.py"):
+        target = folder / source.name
+        target.write_bytes(source.read_bytes())
+        target.chmod(0o444)
+    folder.chmod(0o555)
+    return folder
 
 
 @dataclass
@@ -41,6 +58,14 @@ class Toolchain:
     # The user's repository `root` copies (the snapshot's toplevel): the gate runs there (`as_the_user`).
     user_root: Path | None = None
 
+    @property
+    def plugin_dir(self) -> Path:
+        """Where our plugins load from: their folder, or a private copy of it when that lies in the
+        user's repository (which the workspace shows, the candidate's files, at the gate)."""
+        here = PLUGIN_DIR.resolve()
+        roots = [r.resolve() for r in (self.user_root, self.root) if r is not None]
+        return _private_plugins() if any(here.is_relative_to(r) for r in roots) else PLUGIN_DIR
+
     def as_the_user(self) -> Toolchain:
         """This toolchain with its sandbox showing the workspace at `user_root`, with the user's TMPDIR,
         as the user's own run would see it (the copy's path names ralph: a candidate can be right
@@ -62,7 +87,7 @@ class Toolchain:
 
     def python_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the target's Python: our plugin and the workspace's code come first on the path."""
-        paths = [str(PLUGIN_DIR), str(self.project)]
+        paths = [str(self.plugin_dir), str(self.project)]
         if (self.project / "src").is_dir():
             paths.append(str(self.project / "src"))
         # The target's scripts (pytest, ruff, ...) resolve first for custom check commands.

@@ -77,9 +77,9 @@ class WarmRunner:
         # The worker itself imports nothing of the workspace: a candidate's top-level module named
         # like one it imports at start (pygments, a venv's `_virtualenv` .pth hook) would run in the
         # worker, which holds the channel. Its test processes get the project's path per request.
-        env["PYTHONPATH"] = str(PLUGIN_DIR)
+        env["PYTHONPATH"] = str(self.toolchain.plugin_dir)
         # The worker, and every test it forks, runs inside the sandbox, on a channel of its own.
-        argv = [self.toolchain.python, str(WORKER), *self.preload]
+        argv = [self.toolchain.python, str(self.toolchain.plugin_dir / WORKER.name), *self.preload]
         proc = self.toolchain.start_resident(argv, env, channel=True)
         if proc is None:
             raise RuntimeError("the warm test runner did not start")
@@ -185,7 +185,7 @@ class WarmRunner:
             # (the worker runs with our plugin alone on its path: its test processes get the project's)
             "env": {k: seen(v) for k, v in {"PYTHONPATH": self._pythonpath, **env}.items()},
             "cwd": seen(str(self.toolchain.project)),
-            "path": [seen(str(PLUGIN_DIR)), seen(str(self.toolchain.project))],
+            "path": [seen(str(self.toolchain.plugin_dir)), seen(str(self.toolchain.project))],
             "timeout": timeout_s,
             "output": seen(str(output)),
         }

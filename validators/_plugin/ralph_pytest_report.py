@@ -55,6 +55,68 @@ _SKIPPED_OPENS = (".py", ".pyc", ".pyo", ".pyi", ".so", ".pyd")
 _CACHES = ("/__pycache__/", "/.hypothesis/", "/.pytest_cache/", "/.mypy_cache/", "/.ruff_cache/", "/.tox/")
 
 
+# What decides and records a test's outcome, as it was before any of the project's code ran: the
+# owner (a module, or a class in one), and the names in it. Product code that rewrote one of them
+# (`TestReport.from_item_and_call`, pluggy's call loop, a skip that passes) could turn a failure into
+# a pass; the policy refuses such code where it can read it, and this catches what it cannot: each
+# is checked at every report and at the end, and a changed one makes the run give no verdict.
+_HARNESS = (
+    ("_pytest.reports", "TestReport", ("__init__", "from_item_and_call")),
+    ("_pytest.reports", "CollectReport", ("__init__",)),
+    ("_pytest.reports", "BaseReport", ("passed", "failed", "skipped", "head_line")),
+    ("_pytest.runner", "", ("TestReport", "CollectReport", "call_and_report", "call_runtest_hook")),
+    ("_pytest.runner", "", ("runtestprotocol", "pytest_runtest_makereport", "pytest_runtest_call")),
+    ("_pytest.runner", "", ("pytest_runtest_protocol", "check_interactive_exception")),
+    ("_pytest.runner", "CallInfo", ("__init__", "from_call", "result")),
+    ("_pytest.python", "", ("pytest_pyfunc_call",)),
+    ("_pytest.python", "Function", ("runtest", "setup")),
+    ("_pytest.skipping", "", ("pytest_runtest_makereport", "pytest_runtest_setup", "pytest_runtest_call")),
+    ("_pytest.skipping", "", ("evaluate_skip_marks", "evaluate_xfail_marks")),
+    ("_pytest.outcomes", "", ("skip", "fail", "xfail", "exit", "OutcomeException", "Skipped", "Failed")),
+    ("_pytest.main", "", ("pytest_runtestloop", "wrap_session")),
+    ("_pytest.main", "Session", ("perform_collect", "genitems", "shouldstop", "shouldfail")),
+    ("pluggy._callers", "", ("_multicall",)),
+    ("pluggy._hooks", "HookCaller", ("__call__", "call_extra", "get_hookimpls")),
+    ("pluggy._manager", "PluginManager", ("_hookexec", "register", "subset_hook_caller")),
+    ("pluggy._result", "Result", ("get_result", "force_result", "force_exception")),
+    ("pytest", "", ("TestReport", "CallInfo", "skip", "fail", "xfail", "exit")),
+    ("json", "", ("dumps",)),
+    (__name__, "", ("_write", "_check_harness", "pytest_runtest_logreport", "pytest_sessionfinish")),
+    (__name__, "", ("pytest_runtest_makereport", "pytest_collectreport")),
+)
+_MISSING = object()
+_harness: dict[tuple[str, str, str], object] = {}  # (module, class, name) -> the object it was
+_tampered: list[str] = []
+
+
+def _owner(module: str, cls: str) -> object | None:
+    owner = sys.modules.get(module)
+    return owner if owner is None or not cls else vars(owner).get(cls)
+
+
+def _snapshot() -> None:
+    """Record each of `_HARNESS` not yet recorded (a module pytest has not imported yet waits)."""
+    for module, cls, names in _HARNESS:
+        owner = _owner(module, cls)
+        if owner is None:
+            continue
+        for name in names:
+            _harness.setdefault((module, cls, name), vars(owner).get(name, _MISSING))
+
+
+def _check_harness(where: str) -> None:
+    for (module, cls, name), was in _harness.items():
+        owner = _owner(module, cls)
+        now = _MISSING if owner is None else vars(owner).get(name, _MISSING)
+        if now is not was:
+            _tamper(f"{module}.{cls + '.' if cls else ''}{name} was replaced ({where})")
+
+
+def _tamper(what: str) -> None:
+    if what not in _tampered:
+        _tampered.append(what)
+
+
 def arm() -> None:
     """Take our settings out of the environment and open the report (once per test process; the
     warm runner's readied child calls it again when its request has set them)."""
@@ -129,6 +191,7 @@ def _setting(name: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    _snapshot()  # pytest's plugins are loaded, no conftest is
     arm()  # before any conftest (and what it imports of the project) loads
 
 
@@ -215,12 +278,18 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     report._ralph_frames = _frames(call) if report.failed else []
+    # A test that raised never passes (a skip or an xfail is skipped): a report that says it did was
+    # rewritten after pytest made it.
+    report._ralph_raised = call.excinfo is not None
 
 
 def pytest_runtest_logreport(report) -> None:
     global _failed_seen
     if _report_file is None:
         return
+    _check_harness(report.nodeid)
+    if report.when == "call" and report.passed and getattr(report, "_ralph_raised", False):
+        _tamper(f"{report.nodeid} raised but its report says it passed")
     _failed_seen += bool(report.failed)
     if report.when == "call" or (report.when != "call" and (report.failed or report.skipped)):
         if report.when == "call":
@@ -434,12 +503,15 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if path:
         lines = {t: {fn: sorted(ls) for fn, ls in files.items()} for t, files in _lines_by_test.items()}
         lines["<opened>"] = {fn: sorted(openers) for fn, openers in _opened.items()}
+        lines["<plugins>"] = {fn: [] for fn in _project_plugins(session)}
         with open(path, "w", encoding="utf-8") as f:
             json.dump(lines, f)
     if _report_file is not None:
+        _check_harness("at the end")
         _write(
             {
                 "end": True,
+                "tampered": list(_tampered),
                 "exitstatus": int(exitstatus),
                 "collected": int(getattr(session, "testscollected", 0)),
                 "shouldstop": bool(getattr(session, "shouldstop", False)),
@@ -449,6 +521,17 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             }
         )
         _report_file.close()
+
+
+def _project_plugins(session) -> list[str]:
+    """The project's own modules pytest loaded as plugins (`-p name`, `pytest_plugins`, an entry
+    point of an editable install): they decide outcomes as a conftest does."""
+    root, found = _root(), []
+    for plugin in session.config.pluginmanager.get_plugins():
+        file = getattr(plugin, "__file__", None)
+        if isinstance(file, str) and root and file.startswith(root) and "-packages/" not in file:
+            found.append(file)
+    return sorted(found)
 
 
 # A per-test time limit: a test that loops forever (a buggy solution at the baseline, say) fails with
@@ -476,3 +559,6 @@ def pytest_runtest_call(item):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+_snapshot()  # what is loaded now, with this module: before any of the project's code
