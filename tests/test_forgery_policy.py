@@ -92,7 +92,8 @@ def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make
     )
     drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
     verdict = refused(run_fix(repo, drafter, max_iterations=1))
-    assert "getattr(sys, <a computed name>)" in verdict["reason"]
+    assert "a string spelling ralph_pytest_report" in verdict["reason"]  # (ours: never allowed)
+    assert "dynamic-code: getattr(sys, <a computed name>)" in findings(BUGGY, forged, "windows.py")
 
 
 @pytest.mark.parametrize(

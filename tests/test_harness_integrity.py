@@ -1,9 +1,11 @@
 """What the policy cannot read, the run catches: our report plugin records what decides a test's
-outcome (pytest's report and call machinery, pluggy's call loop, our own hooks) before any of the
-project's code runs, and a run in which product code replaced one gives no verdict. Each hostile
-candidate here is one a project that opts the policy's rules out (`[tool.ralph] allow`) lets through
-to the tests, replayed through the real loop; without the check each reached a goal with the bug
-still in the code.
+outcome (pytest's report and call machinery, pluggy's call loop, our own hooks, the hooks registered
+and each test's function) before any of the project's code runs, and a run in which the code under
+test changed one gives no verdict. Each hostile candidate here hides its code from the policy (run
+from base64 in a project that allows dynamic code, or spelled round the policy's words) and is
+replayed through the real loop; without the check each reached a goal with the bug still in the
+code. What the project's tests and installed plugins change is theirs (flaky replaces pytest's
+`call_and_report`).
 
 Also the ways round the policy's reading found in review: aliases of the harness's modules, a name
 imported from one, an object's way to another it was never handed, a source encoding that hides
@@ -11,103 +13,127 @@ code in a comment."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from tests.conftest import BUGGY_WINDOWS
 from tests.test_forgery_policy import BUGGY, PASSING_REPORTS, findings
 from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
+from validators.pytest_run import _harness_changed
 
-# A project that turned the policy's reading of code off: only the run's own check stands.
-PERMISSIVE = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n[tool.ralph]\nallow = ["harness", "test-framework", "dynamic-code"]\n'
+# A project that lets dynamic code through: the policy cannot read what the code runs.
+PERMISSIVE = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n[tool.ralph]\nallow = ["dynamic-code", "test-framework"]\n'
 
-# Each rewrites what pytest reports from the code under test, in a different part of the machinery.
+# Each rewrites what pytest reports, in a different part of the machinery.
 FORGERIES = {
     "the report's constructor": PASSING_REPORTS,
     "pluggy's call loop": (
         "import pluggy._callers\n"
-        "\n"
         "_loop = pluggy._callers._multicall\n"
-        "\n"
-        "\n"
         "def _passing(name, impls, kwargs, firstresult):\n"
         "    result = _loop(name, impls, kwargs, firstresult)\n"
         '    if name == "pytest_runtest_makereport" and result is not None:\n'
         '        result.outcome, result.longrepr = "passed", None\n'
         "    return result\n"
-        "\n"
-        "\n"
         "pluggy._callers._multicall = _passing\n"
     ),
     "a name the runner holds": (
         "import _pytest.runner\n"
-        "\n"
-        "\n"
         "class _Passing(_pytest.runner.TestReport):\n"
         "    @classmethod\n"
         "    def from_item_and_call(cls, item, call):\n"
         "        report = super().from_item_and_call(item, call)\n"
         '        report.outcome, report.longrepr = "passed", None\n'
         "        return report\n"
-        "\n"
-        "\n"
         "_pytest.runner.TestReport = _Passing\n"
     ),
-}
-
-
-@pytest.mark.parametrize("part", sorted(FORGERIES))
-def test_product_code_that_rewrites_the_harness_gives_no_verdict(make_repo, tmp_path, part):
-    repo = make_repo({**BUGGY_WINDOWS, "pyproject.toml": PERMISSIVE})
-    forged = FORGERIES[part].replace("\n\n\n", f"\n\n\n{BUGGY}\n\n\n", 1)
-    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
-    outcome = run_fix(repo, drafter, max_iterations=1)
-    [verdict] = verdicts(outcome)
-    assert verdict["verdict"] == "rejected", verdict
-    assert "pytest's harness was changed" in verdict["reason"], verdict["reason"]
-    assert outcome.result.outcome != "goal" and outcome.branch is None
-
-
-def test_a_report_rewritten_after_pytest_made_it_gives_no_verdict(make_repo, tmp_path):
-    """The report object itself, not the machinery: a failing call made to read as a pass by a hook
-    the project's code sneaks in (a project that allows the harness rule)."""
-    repo = make_repo({**BUGGY_WINDOWS, "pyproject.toml": PERMISSIVE})
-    forged = (
-        "import gc\n"
-        "\n"
-        "import pytest\n"
-        "\n"
-        "\n"
-        f"{BUGGY}\n"
-        "\n"
-        "\n"
+    # A hook of its own, registered on pytest's plugin manager found by walking the stack.
+    "a makereport hook that clears the exception": (
+        "import inspect, traceback, types\n"
+        "def _report(item, call):\n"
+        '    if call.when == "call":\n'
+        "        call.excinfo = None\n"
+        "for frame, _ in traceback.walk_stack(None):\n"
+        '    session = inspect.getargvalues(frame).locals.get("session")\n'
+        '    if session is not None and hasattr(session, "config"):\n'
+        '        session.config.pluginmanager.register(types.SimpleNamespace(pytest_runtest_makereport=_report), "w")\n'
+        "        break\n"
+    ),
+    "each test's runtest replaced": (
+        "import inspect, traceback, types\n"
+        "def _modify(items):\n"
+        "    for item in items:\n"
+        "        item.runtest = lambda: None\n"
+        "for frame, _ in traceback.walk_stack(None):\n"
+        '    session = inspect.getargvalues(frame).locals.get("session")\n'
+        '    if session is not None and hasattr(session, "config"):\n'
+        '        session.config.pluginmanager.register(types.SimpleNamespace(pytest_collection_modifyitems=_modify), "w")\n'
+        "        break\n"
+    ),
+    "a report rewritten after pytest made it": (
+        "import gc, pytest\n"
         "class _Passing:\n"
-        "    @pytest.hookimpl(trylast=True)\n"
-        "    def pytest_runtest_logreport(self, report):\n"
-        "        pass\n"
-        "\n"
         "    @pytest.hookimpl(hookwrapper=True)\n"
         "    def pytest_runtest_makereport(self, item, call):\n"
         "        outcome = yield\n"
-        "        report = outcome.get_result()\n"
-        '        report.outcome, report.longrepr = "passed", None\n'
-        "\n"
-        "\n"
+        '        outcome.get_result().outcome = "passed"\n'
         "for _o in gc.get_objects():\n"
         '    if type(_o).__name__ == "PytestPluginManager":\n'
         '        _o.register(_Passing(), "passing")\n'
         "        break\n"
-    )
-    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    ),
+}
+
+
+def hidden(code: str) -> str:
+    """The buggy module, with `code` run from base64 at its end: the policy sees `exec` alone."""
+    payload = base64.b64encode(code.encode()).decode()
+    return f"import base64\n\n\n{BUGGY}\n\nexec(base64.b64decode({payload!r}))\n"
+
+
+@pytest.mark.parametrize("part", sorted(FORGERIES))
+def test_code_under_test_that_rewrites_the_harness_gives_no_verdict(make_repo, tmp_path, part):
+    repo = make_repo({**BUGGY_WINDOWS, "pyproject.toml": PERMISSIVE})
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": hidden(FORGERIES[part])}})
     outcome = run_fix(repo, drafter, max_iterations=1)
     [verdict] = verdicts(outcome)
     assert verdict["verdict"] == "rejected", verdict
-    assert "harness was changed" in verdict["reason"] and "raised but its report says" in verdict["reason"]
+    assert "pytest's harness was changed" in verdict["reason"], verdict["reason"]
+    assert "windows.py" in verdict["reason"] or "raised but" in verdict["reason"], verdict["reason"]
+    assert outcome.result.outcome != "goal" and outcome.branch is None
 
 
 def test_the_check_leaves_a_true_fix_alone(make_repo, tmp_path):
     repo = make_repo({**BUGGY_WINDOWS, "pyproject.toml": PERMISSIVE})
     drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
     assert run_fix(repo, drafter, max_iterations=1).result.outcome == "goal"
+
+
+def test_what_the_projects_tests_change_in_pytest_is_theirs(make_repo, tmp_path):
+    """A conftest that wraps pytest's `call_and_report` for every test, as the flaky plugin does,
+    and a test that patches `json.dumps`: the run still has a verdict, and the fix its goal."""
+    conftest = (
+        "import _pytest.runner\n\n_original = _pytest.runner.call_and_report\n\n\n"
+        "def _again(item, when, log=True, **kwds):\n    return _original(item, when, log, **kwds)\n\n\n"
+        "_pytest.runner.call_and_report = _again\n"
+    )
+    test_json = "import json\n\n\ndef test_dumps(monkeypatch):\n    monkeypatch.setattr(json, 'dumps', lambda o: 'X')\n"
+    files = {**BUGGY_WINDOWS, "tests/conftest.py": conftest, "tests/test_json.py": test_json}
+    repo = make_repo(files)
+    drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
+    assert run_fix(repo, drafter, max_iterations=1).result.outcome == "goal"
+
+
+def test_what_changed_counts_unless_installed_code_or_the_projects_tests_did_it():
+    tests = ("tests/*", "conftest.py")
+    assert _harness_changed([], tests) is None
+    assert _harness_changed([["x was replaced", ""]], tests) is None  # an installed plugin's
+    assert _harness_changed([["x was replaced", "tests/conftest.py"]], tests) is None
+    assert _harness_changed([["x was replaced", "windows.py"]], tests) == "x was replaced, by windows.py"
+    assert _harness_changed([["t raised but its report says it passed", "?"]], tests) is not None
+    assert _harness_changed([["x", "windows.py"]], None) is None  # the baseline: the user's code
+    assert _harness_changed(None, tests) is not None  # a report that does not say: no verdict
 
 
 @pytest.mark.parametrize(
@@ -125,7 +151,14 @@ def test_the_check_leaves_a_true_fix_alone(make_repo, tmp_path):
         ("x = t['__subclasses__']\n", "dynamic-code: '__subclasses__' (an attribute named by a string)"),
         ("print.__self__.exec('1')\n", "dynamic-code: __self__"),
         ("len.__self__.__import__('os')\n", "dynamic-code: __self__"),
-        ("x = int.__bases__[0]\n", "dynamic-code: __bases__"),
+        ("x = err.__traceback__\n", "dynamic-code: __traceback__"),
+        ("import traceback\nframes = traceback.walk_stack(None)\n", "dynamic-code: traceback.walk_stack"),
+        ("import inspect\nv = inspect.getargvalues(f)\n", "dynamic-code: inspect.getargvalues"),
+        ("m = getattr(c, 'plugin' 'manager')\n", "harness: a string spelling pluginmanager"),
+        ("n = '_'.join(['pytest', 'runtest', 'call'])\n", "harness: a string spelling pytest_runtest_call"),
+        ("n = 'pytest_' + 'runtest_call'\n", "harness: a string spelling pytest_runtest_call"),
+        ("import posix\nposix._exit(0)\n", "harness: posix._exit"),
+        ("import operator\nget = operator.attrgetter('_private')\n", "dynamic-code: operator.attrgetter"),
         ("import operator\nget = operator.attrgetter(name)\n", "dynamic-code: operator.attrgetter"),
         ("y = object.__getattribute__(a, name)\n", "dynamic-code: object.__getattribute__"),
     ],
@@ -143,6 +176,13 @@ def test_the_harness_reached_another_way_is_named(added, expected):
         "import sys\nsys.exit(1)\n",
         "name = 'modules'\n",
         "import types\nns = types.SimpleNamespace(a=1)\n",
+        "types = {type(x) for x in xs}\n",  # a name of its own, not the module
+        "for gc in xs:\n    print(gc)\n",
+        "try:\n    pass\nexcept Exception as inspect:\n    print(inspect)\n",
+        "def f(cls):\n    return cls.__mro__, cls.__bases__\n",
+        "import operator\nget = operator.attrgetter('name', 'a.b')\n",
+        "from operator import methodcaller\nstrip = methodcaller('strip', 'x')\n",
+        "s = 'hello world'\n",
     ],
 )
 def test_ordinary_uses_of_those_modules_are_not_refused(added):

@@ -103,16 +103,26 @@ def test_a_file_a_test_hands_a_subprocess_is_a_test(make_repo, tmp_path):
     assert "expect/sums.txt" in refused_as_a_test_edit(run_fix(repo, drafter, max_iterations=1))
 
 
-def test_what_the_run_collected_is_read_from_its_node_ids():
-    ids = [
-        "spec/check_a.py::test_one",
-        "spec/check_a.py::TestX::test_two[1.5]",
-        "pkg/mod.py::pkg.mod.func",  # a doctest of the code: judged by its examples
-        "README.rst::README.rst",
-        "/elsewhere/test_b.py::test_c",
-    ]
-    assert collected_files(ids) == ["README.rst", "spec/check_a.py"]
-    assert collected_files(ids, broad=True) == ["README.rst"]
+def test_what_the_run_collected_is_read_from_its_record():
+    tests = ["spec/check_a.py", "pkg/mod_test.py", "/elsewhere/test_b.py"]
+    doctests = ["pkg/mod.py", "README.rst"]  # a module's doctests are the code's own examples
+    assert collected_files(tests, doctests) == ["README.rst", "pkg/mod_test.py", "spec/check_a.py"]
+    assert collected_files(tests, doctests, broad=True) == ["README.rst"]
+
+
+def test_a_module_whose_docstring_has_doctests_stays_editable(make_repo, tmp_path):
+    """pytest names a top-level module's own doctest `windows.py::windows`: no test function."""
+    documented = '"""Windows.\n\n>>> double(2)\n4\n"""\n\n\n' + BUGGY
+    repo = make_repo(
+        {
+            "windows.py": documented,
+            "tests/test_windows.py": SUMS_TEST.format("[3, 5]"),
+            "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "--doctest-modules"\n',
+        }
+    )
+    fixed = {"windows.py": documented.replace("len(xs) - k)", "len(xs) - k + 1)")}
+    drafter = replay(tmp_path, {"description": "fix", "files": fixed})
+    assert run_fix(repo, drafter, max_iterations=1).result.outcome == "goal"
 
 
 def test_settings_with_a_byte_order_mark_or_in_addopts_still_say_where_tests_lie(tmp_path):
@@ -127,23 +137,35 @@ def test_settings_with_a_byte_order_mark_or_in_addopts_still_say_where_tests_lie
 
 
 def test_files_named_in_a_tests_strings_are_found_where_they_lie(tmp_path):
-    for path in ("tests/test_a.py", "tests/data/expected.json", "data/other.csv", "src/m.py", "notes.txt"):
+    files = ("tests/test_a.py", "tests/data/expected.json", "data/other.csv", "src/m.py", "pkg/greeting.txt")
+    for path in (*files, "tests/joined/x.txt"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("")
     (tmp_path / "tests/test_a.py").write_text(
-        "from pathlib import Path\nHERE = Path(__file__).parent\n"
+        "import os\nfrom pathlib import Path\nHERE = Path(__file__).parent\n"
         "a = HERE / 'data' / 'expected.json'\nb = 'data/other.csv'\nc = 'src/m.py'\nd = 'hello world'\n"
+        "e = os.path.join(HERE, 'joined', 'x.txt')\n"
+        "f = 'greeting.txt'  # a name the code under test looks up in its own folder: not the tests'\n"
     )
-    assert named_by_tests(tmp_path, ["tests/test_a.py"]) == ["data/other.csv", "tests/data/expected.json"]
+    assert named_by_tests(tmp_path, ["tests/test_a.py"]) == [
+        "data/other.csv",
+        "tests/data/expected.json",
+        "tests/joined/x.txt",
+    ]
 
 
 def test_a_doctests_examples_are_compared_and_the_rest_of_its_docstring_is_not():
     before = 'def f():\n    """Double.\n\n    >>> f()\n    2\n    """\n    return 2\n'
     from ralph.domain.candidate import FileChange
 
-    assert doctest_edits([FileChange("m.py", before, before.replace("    2\n", "    3\n"))]) == ["m.py"]
-    assert doctest_edits([FileChange("m.py", before, before.replace("Double.", "Twice."))]) == []
-    assert doctest_edits([FileChange("m.py", before, before.replace("return 2", "return 3"))]) == []
+    ran = {"m.py"}
+    assert doctest_edits([FileChange("m.py", before, before.replace("    2\n", "    3\n"))], ran) == ["m.py"]
+    assert doctest_edits([FileChange("m.py", before, before.replace("Double.", "Twice."))], ran) == []
+    assert doctest_edits([FileChange("m.py", before, before.replace("return 2", "return 3"))], ran) == []
+    # Where the project never runs its doctests, an example is documentation a fix may correct.
+    assert doctest_edits([FileChange("m.py", before, before.replace("    2\n", "    3\n"))], set()) == []
+    # A file that does not parse is the syntax stage's to refuse.
+    assert doctest_edits([FileChange("m.py", before, before + "def (:\n")], ran) == []
 
 
 def test_our_plugins_load_from_a_private_copy_when_they_lie_in_the_users_repository(tmp_path):
@@ -179,11 +201,11 @@ def test_the_gate_never_runs_a_candidates_copy_of_our_plugin(make_repo, tmp_path
     report = files[f"{plugin}/ralph_pytest_report.py"]
     # The fix of the failing test breaks test_double, and the plugin reports every test passed.
     bent = report.replace(
-        '    _report_file.write(json.dumps(record) + "\\n")\n    _report_file.flush()\n',
+        '    _report_file.write(_dumps(record) + "\\n")\n    _report_file.flush()\n',
         '    record = {**record, "outcome": "passed"} if "outcome" in record else record\n'
         '    end = record.get("end") is True\n'
         '    record = {**record, "exitstatus": 0, "failed_seen": 0} if end else record\n'
-        '    _report_file.write(json.dumps(record) + "\\n")\n    _report_file.flush()\n'
+        '    _report_file.write(_dumps(record) + "\\n")\n    _report_file.flush()\n'
         "    if end:\n        os._exit(0)\n",
     )
     assert bent != report

@@ -90,7 +90,9 @@ from validators.warm import candidates_runner
 # The coverage map's entry for the files the baseline's run read (our plugin's record, kept with the
 # coverage it was measured with): not a test.
 OPENED = "<opened>"
-PLUGINS = "<plugins>"  # the project's modules pytest loaded as plugins, in the same record
+# In the same record: the project's modules pytest loaded as plugins, the files it collected test
+# functions from, and those it ran doctests of.
+PLUGINS, TESTS, DOCTESTS = "<plugins>", "<tests>", "<doctests>"
 # Tests in the first round of a large fail-fast selection (see `Verifier.run_selected`).
 FIRST_ROUND = 16
 
@@ -163,10 +165,12 @@ class Verifier:
         self.warm = candidates_runner(toolchain, self.protected) if warm else None
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
         self.gate = gate_tests(toolchain, warm, test_timeout_s)
+        self._trust()
         self.checks = CommandValidator(toolchain, checks, check_paths)
         self.coverage: CoverageMap = {}
         self.accepted_paths: set[str] = set()  # files accepted edits changed since the coverage was measured
         self.test_files: set[str] = set()  # files the baseline collected tests from
+        self.doctest_files: set[str] = set()  # modules (and text files) it ran doctests of
         self._import_graph: ImportGraph | None = None
         self._coverage_index: CoverageIndex | None = None
         self.recent_failures = RecentFailures()
@@ -225,7 +229,7 @@ class Verifier:
     def baseline(self, timeout_s: float = 1800.0) -> tuple[Observation, list[StageResult]]:
         """Observe the starting state in full: every test (with coverage), lint, types, checks."""
         cached = self.cache.load() if self.cache else None
-        if cached is not None and PLUGINS not in cached:  # measured before the plugin recorded these
+        if cached is not None and DOCTESTS not in cached:  # measured before the plugin recorded these
             cached = None
         suite = self.tests.baseline(timeout_s, coverage=cached is None)
         coverage = cached if cached is not None else self.tests.last_coverage
@@ -234,6 +238,7 @@ class Verifier:
         coverage = dict(coverage)
         opened: dict[str, object] = dict(coverage.pop(OPENED, {}))
         plugins = [p for p in coverage.pop(PLUGINS, {}) if not p.startswith(("/", "../"))]
+        tests, self.doctest_files = list(coverage.pop(TESTS, {})), set(coverage.pop(DOCTESTS, {}))
         self.coverage = coverage
         # What a healthy run takes: tests that hit the per-test limit (a buggy loop) do not count, or
         # every candidate would get their minutes too.
@@ -247,12 +252,13 @@ class Verifier:
         if self.protected:  # what the tests read is theirs: a candidate that edits it edits a test
             project, root = self.toolchain.project, self.toolchain.root
             theirs = [
-                *collected_files(self.durations, broad_python_files(project, root)),
+                *collected_files(tests, self.doctest_files, broad_python_files(project, root)),
                 *read_by_tests(opened, project, self.is_test_file),
                 *named_by_tests(project, self.test_files),
                 *plugins,
             ]
             self.protected = tuple(dict.fromkeys((*self.protected, *(literal_glob(p) for p in theirs))))
+            self._trust()
         self._check_targets(suite)
         stages = [suite, self.ruff.check(Scope(timeout_s=timeout_s))]
         if self.mypy:
@@ -351,6 +357,15 @@ class Verifier:
     def gate_timeout_s(self) -> float:
         return max(30.0, 3 * self.suite_s + 30)
 
+    @property
+    def trusted(self) -> tuple[str, ...] | None:
+        """Whose changes to pytest's machinery are the project's own: its tests as the policy protects
+        them (None, everyone's, where the project allows the harness rule)."""
+        return None if "harness" in self.allow else (self.protected or (*PROTECTED_TESTS, *self.test_globs))
+
+    def _trust(self) -> None:
+        self.tests.trusted = self.gate.trusted = self.trusted
+
     def is_test_file(self, path: str) -> bool:
         """A file pytest collected tests from at the baseline, or one named like a test file."""
         return path in self.test_files or is_protected(path, self.test_globs)
@@ -439,8 +454,8 @@ class Verifier:
             run_budget_s=self.run_budget_s,
             allow=self.allow,
         )
-        names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files", "baseline_obs")
-        for name in names:
+        names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files")
+        for name in (*names, "doctest_files", "baseline_obs"):
             setattr(other, name, getattr(self, name))
         other.accepted_paths = set(self.accepted_paths)
         other.disabled, other._ruff_drift = dict(self.disabled), self._ruff_drift
@@ -500,6 +515,7 @@ class Verifier:
             allow=self.allow,
             installed=self.installed,
             ignored=self._ignored,
+            doctests=self.doctest_files,
         )
 
     def _ignored(self, paths: Sequence[str]) -> list[str]:

@@ -411,32 +411,27 @@ def broad_python_files(project: Path, root: Path | None = None) -> bool:
     return any(set(names) & _TOO_BROAD for _, _, names in _pytest_settings(project, root))
 
 
-def collected_files(nodeids: Collection[str], broad: bool = False) -> list[str]:
-    """The files the baseline collected tests from, as tests (whatever setting, hook or option made
-    pytest collect them): each with a test that is not a doctest of a Python module (those items,
-    `mod.py::mod.func`, are the code's own examples: `doctest_edits` judges them); with `broad`
-    (`broad_python_files`), only files that are no Python module."""
-    found = set()
-    for nodeid in nodeids:
-        path, sep, rest = nodeid.partition("::")
-        if not sep or path.startswith(("/", "../")):
-            continue
-        doctest_item = path.endswith(".py") and "." in rest.split("[", 1)[0].split("::", 1)[0]
-        if not doctest_item and not (broad and path.endswith(".py")):
-            found.add(path)
-    return sorted(found)
+def collected_files(tests: Collection[str], doctests: Collection[str], broad: bool = False) -> list[str]:
+    """What the baseline's run says are tests (whatever setting, hook or option made pytest collect
+    them), from our plugin's record: the files it collected test functions from (with `broad`,
+    `broad_python_files`, none that is a Python module: the code under test may be one), and the
+    text files it ran as doctests (a module's doctests are the code's own examples: `doctest_edits`
+    judges those). Project-relative; those outside the project left out."""
+    found = {f for f in tests if not (broad and f.endswith(".py"))}
+    found |= {f for f in doctests if not f.endswith(".py")}
+    return sorted(f for f in found if not f.startswith(("/", "../")))
 
 
 _PATHLIKE = re.compile(r"^[\w.@+-]+(?:/[\w.@+-]+)*$")
 _NOT_DATA = (".py", ".pyi", ".pyc", ".pyo", ".so", ".pyd")
 
 
-def named_by_tests(project: Path, test_files: Collection[str], limit: int = 20000) -> list[str]:
-    """The project's files (no Python) a test file names in a string: a path from the project or
-    from the test's folder, or a file name found anywhere in the project (`Path(__file__).parent /
-    "data" / "expected.json"`). What a test hands a subprocess or a helper to read, which the
-    baseline's record of opened files does not see."""
-    strings: set[str] = set()
+def named_by_tests(project: Path, test_files: Collection[str]) -> list[str]:
+    """The project's files (no Python) a test file names by their path, from the project or from
+    the test's folder: a string, or the strings a path is built of (`HERE / "data" / "x.json"`,
+    `os.path.join(HERE, "data", "x.json")`). What a test hands a subprocess or a helper to read,
+    which the baseline's record of opened files does not see."""
+    found: set[str] = set()
     for test in test_files:
         if not test.endswith(".py"):
             continue
@@ -445,43 +440,44 @@ def named_by_tests(project: Path, test_files: Collection[str], limit: int = 2000
         except OSError:
             continue
         folder = posixpath.dirname(test)
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
-                word = node.value.strip().removeprefix("./")
-                if _PATHLIKE.match(word) and ("." in word.strip(".") or "/" in word):
-                    strings.update({word, posixpath.normpath(posixpath.join(folder, word))})
-    if not strings:
-        return []
-    found = []
-    for path in _data_files(project, limit):
-        if path in strings or posixpath.basename(path) in strings:
-            found.append(path)
+        for word in _path_strings(tree) if tree is not None else ():
+            for path in {word, posixpath.normpath(posixpath.join(folder, word))}:
+                if not path.startswith("../") and not path.endswith(_NOT_DATA) and (project / path).is_file():
+                    found.add(path)
     return sorted(found)
 
 
-def _data_files(project: Path, limit: int) -> Iterator[str]:
-    """The project's files that are no Python (hidden folders, virtual environments and caches not
-    walked), project-relative; at most `limit` looked at."""
-    seen = 0
-    for directory, dirs, files in os.walk(project):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
-        dirs[:] = [d for d in dirs if not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))]
-        for name in files:
-            seen += 1
-            if seen > limit:
-                return
-            if not name.endswith(_NOT_DATA):
-                yield Path(os.path.relpath(os.path.join(directory, name), project)).as_posix()
+def _path_strings(tree: ast.Module) -> Iterator[str]:
+    """Every string constant in `tree` that reads as a relative path, and the paths joined of
+    constants (the tail of a `/` chain, the string arguments of a `join` call)."""
+    for node in ast.walk(tree):
+        parts: list[str] = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts = [node.value]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            tail: ast.expr = node
+            while isinstance(tail, ast.BinOp) and isinstance(tail.op, ast.Div):
+                if not (isinstance(tail.right, ast.Constant) and isinstance(tail.right.value, str)):
+                    break
+                parts.insert(0, tail.right.value)
+                tail = tail.left
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join":
+            parts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        word = "/".join(p.strip().removeprefix("./") for p in parts)
+        if 0 < len(word) < 300 and _PATHLIKE.match(word) and ("." in word.strip(".") or "/" in word):
+            yield word
 
 
-def doctest_edits(changes: Sequence[FileChange]) -> list[str]:
-    """The Python files whose doctest examples (the `>>>` lines of a docstring and the output they
-    expect) an edit changes: the code's own tests, run with `--doctest-modules`."""
+def doctest_edits(changes: Sequence[FileChange], doctests: Collection[str]) -> list[str]:
+    """The modules the baseline ran doctests of (`doctests`) whose examples (the `>>>` lines of a
+    docstring and the output they expect) an edit changes: the code's own tests. A file that does
+    not parse is left to the syntax stage."""
     edited = []
     for change in changes:
-        if not change.path.endswith(".py") or change.before is None or ">>>" not in change.before:
+        if change.path not in doctests or change.before is None or ">>>" not in change.before:
             continue
-        if _examples(change.before) != _examples(change.after or ""):
+        before, after = _examples(change.before), _examples(change.after or "")
+        if before is not None and after is not None and before != after:
             edited.append(change.path)
     return edited
 
@@ -563,7 +559,7 @@ _LEXICAL = (
     (
         "harness",
         re.compile(
-            r"\b_pytest\b|\bsys\.modules\b|\bos\._exit\b|\bpytest_\w+|\bPYTEST_\w+"
+            r"\b_pytest\b|\bsys\.modules\b|\b(?:os|posix|nt)\._exit\b|\bpytest_\w+|\bPYTEST_\w+"
             r"|\bpluginmanager\b|\b__builtins__\b|\bimport\s+builtins\b|\bfrom\s+builtins\b"
             r"|\bset(?:trace|profile)(?:_all_threads)?\b|\bTestReport\b|\bCallInfo\b"
             r"|\bhook(?:impl|spec|wrapper)\b|\bHook(?:impl|spec)Marker\b"
@@ -596,6 +592,8 @@ _MAX_PARSED = 2 << 20  # a larger file is read for those words too
 # The builtins that run or import code given as data, and those that reach an attribute by a name.
 _RUNS_CODE = frozenset({"exec", "eval", "compile", "__import__"})
 _REFLECTION = frozenset({"getattr", "setattr", "delattr"})
+# getattr and calls by a name given as data (allowed with names written out: `attrgetter("x")`).
+_BY_NAME = frozenset({"operator.attrgetter", "operator.methodcaller"})
 # Modules whose use is dynamic code (importing by name, loading code or objects from bytes, calling C).
 _DYNAMIC_MODULES = frozenset(
     {"importlib", "ctypes", "_ctypes", "cffi", "marshal", "runpy", "code", "codeop", "pickle", "_pickle"}
@@ -604,8 +602,10 @@ _DYNAMIC_MODULES = frozenset(
 _DYNAMIC_NAMES = frozenset(
     {"inspect.currentframe", "inspect.stack", "inspect.getouterframes", "inspect.getinnerframes"}
     | {"inspect.trace", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "types.CodeType"}
+    | {"inspect.getargvalues", "inspect.getclosurevars", "inspect.getgeneratorlocals"}
+    | {"inspect.getcoroutinelocals", "traceback.walk_stack", "traceback.walk_tb"}
     | {"importlib.metadata.entry_points"}  # (what loads plugins by name)
-    | {"operator.attrgetter", "operator.methodcaller"}  # (getattr and calls by a name given as data)
+    | _BY_NAME
     | {"object.__getattribute__", "type.__getattribute__"}
 )
 # Parts of those modules that read a distribution's data, no code: toolz's `version("toolz")`.
@@ -615,8 +615,8 @@ _FRAME_ATTRS = frozenset(
     {"f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame"}
     | {"_getframe", "_current_frames", "__code__", "__globals__", "__subclasses__", "co_code"}
     # How an object leads to others it was never handed: a builtin's module (`print.__self__` is
-    # builtins), a class's bases and subclasses, a closure's cells.
-    | {"__self__", "__bases__", "__base__", "__mro__", "__closure__", "cell_contents"}
+    # builtins), a class's subclasses, a closure's cells, an exception's frames.
+    | {"__self__", "__closure__", "cell_contents", "__traceback__"}
 )
 _TEST_FRAMEWORK = frozenset({"pytest", "_pytest", "pluggy", "unittest", "mock"})
 # Names taken for modules wherever a file uses them without binding them otherwise.
@@ -691,7 +691,7 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     # Only the statements the changed regions meet are read (a one-line edit of a large module).
     spans = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
     had = _kinds(before_text) if old is not None else frozenset()
-    for c in _Reach(tree, _imports(old, before_text), spans).found:
+    for c in _Reach(tree, _imports(old, before_text), spans, after).found:
         if (c.rule, c.what) not in had and any(c.first <= hi and c.last >= lo for lo, hi in spans):
             found.append(Finding(c.rule, change.path, c.first, c.what))
     return list(dict.fromkeys(found))
@@ -758,7 +758,9 @@ def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) ->
 def _kinds(text: str) -> frozenset[tuple[str, str]]:
     """The rules and constructs a Python text has anywhere."""
     tree = _parse(text)
-    return frozenset((c.rule, c.what) for c in _Reach(tree, frozenset(), None).found) if tree else frozenset()
+    if tree is None:
+        return frozenset()
+    return frozenset((c.rule, c.what) for c in _Reach(tree, frozenset(), None, text.splitlines()).found)
 
 
 @functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
@@ -830,9 +832,14 @@ class _Reach(ast.NodeVisitor):
     module an `import` names, or a well-known module's name the file binds to nothing else."""
 
     def __init__(
-        self, tree: ast.Module, already: frozenset[str], spans: Sequence[tuple[int, int]] | None
+        self,
+        tree: ast.Module,
+        already: frozenset[str],
+        spans: Sequence[tuple[int, int]] | None,
+        lines: Sequence[str] = (),
     ) -> None:
         self.found: list[_Construct] = []
+        self.tree, self.lines = tree, lines  # (the source: what a string spells there, the lines saw)
         self.already = already
         self.spans = spans  # the lines read (None: all): statements that meet none are passed over
         self.modules: dict[str, str] = {}  # a name an `import` binds -> its module
@@ -851,6 +858,20 @@ class _Reach(ast.NodeVisitor):
         self.scopes: list[tuple[bool, frozenset[str]]] = [(False, _binds(tree))]  # (a class's?, names)
         self.judged: set[int] = set()  # names already judged as the function a call calls
         self.visit(tree)
+
+    @functools.cached_property
+    def _stored(self) -> frozenset[str]:
+        """Every name the module stores to anywhere (`types = {...}`, `for gc in ...`, `except E as
+        inspect`, a comprehension's or a parameter's): no module there, wherever it is used."""
+        names = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                names.add(node.id)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                names.add(node.name)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+        return frozenset(names)
 
     def visit(self, node: ast.AST) -> None:
         if isinstance(node, ast.stmt) and self.spans is not None:
@@ -914,7 +935,8 @@ class _Reach(ast.NodeVisitor):
         self._import(node, node.module)
         for alias in node.names:
             qualified = f"{node.module}.{alias.name}"
-            if qualified in _DYNAMIC_NAMES or alias.name in _FRAME_ATTRS:  # (the module: `_import`)
+            # (the module: `_import`; attrgetter and methodcaller: where they are called)
+            if (qualified in _DYNAMIC_NAMES - _BY_NAME) or alias.name in _FRAME_ATTRS:
                 self._add("dynamic-code", qualified, node)
             if node.module.split(".")[0] not in _TEST_FRAMEWORK:  # (those: the rules above)
                 for rule, what in _keys([qualified], _LEXICAL[:2]):  # `from sys import modules`
@@ -931,6 +953,11 @@ class _Reach(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "join" and (text := _folded(node)) is not None:
+            self._spelled(text, node)
+        by_name = self._by_a_given_name(func)
+        if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
+            self.judged.add(id(func))
         if isinstance(func, ast.Name):
             if func.id in _RUNS_CODE and not self._defined(func.id):
                 self._add("dynamic-code", func.id, node)
@@ -944,6 +971,16 @@ class _Reach(ast.NodeVisitor):
         elif isinstance(func, ast.Attribute) and func.attr in ("CodeType", "FunctionType"):
             self._add("dynamic-code", f"{func.attr}(...)", node)
         self.generic_visit(node)
+
+    def _by_a_given_name(self, func: ast.expr) -> str:
+        """`operator.attrgetter` or `operator.methodcaller` where `func` names one, else ""."""
+        if isinstance(func, ast.Name):
+            qualified = self.imported.get(func.id, "")
+        elif isinstance(func, ast.Attribute):
+            qualified = f"{self._module(func.value)}.{func.attr}"
+        else:
+            return ""
+        return qualified if qualified in _BY_NAME else ""
 
     def _reflection(self, node: ast.Call, name: str) -> None:
         """getattr, setattr or delattr on a module: by a computed name, or setting one at all, is
@@ -973,12 +1010,30 @@ class _Reach(ast.NodeVisitor):
         if qualified and _dynamic(qualified):
             self._add("dynamic-code", qualified, node)
         module = self._module(node)
-        if module in _HELD_MODULES:  # (`sys.x`, `getattr(sys, ...)`: judged where they are read)
+        if module in _HELD_MODULES and node.id not in self._stored:  # (`sys.x`: judged where read)
             self._add("dynamic-code", f"{module} (a module as a value)", node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and node.value in _FRAME_ATTRS:  # `vars(t)["__subclasses__"]`
             self._add("dynamic-code", f"{node.value!r} (an attribute named by a string)", node)
+        if isinstance(node.value, str):
+            self._spelled(node.value, node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.Add) and (text := _folded(node)) is not None:
+            self._spelled(text, node)
+            return
+        self.generic_visit(node)
+
+    def _spelled(self, text: str, node: ast.AST) -> None:
+        """The harness's words a string spells where the source does not (`"plugin" "manager"`,
+        `"pytest_" + "runtest"`, `"_".join(["pytest", "runtest"])`): the lines' words are read as
+        text already."""
+        first, last = getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or 1
+        source = " ".join(self.lines[first - 1 : last])
+        for rule, what in _keys([text], _LEXICAL[:2]):
+            if what not in source:
+                self._add(rule, f"a string spelling {what}", node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in _FRAME_ATTRS:
@@ -987,7 +1042,7 @@ class _Reach(ast.NodeVisitor):
         if module is not None:
             self.judged.add(id(node.value))
             spelled = f"{module}.{node.attr}"
-            if node.attr == "__dict__" or _dynamic(spelled):
+            if node.attr == "__dict__" or (_dynamic(spelled) and id(node) not in self.judged):
                 self._add("dynamic-code", spelled, node)
             if spelled != _dotted(node):  # an alias's (`import sys as s; s.modules`): as if spelled
                 for rule, what in _keys([spelled], _LEXICAL[:2]):
@@ -1000,6 +1055,39 @@ class _Reach(ast.NodeVisitor):
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
             self._add("dynamic-code", "globals()[...] written", node)
         self.generic_visit(node)
+
+
+def _folded(node: ast.expr) -> str | None:
+    """The string an expression of string constants makes (`"a" + "b"`, `"_".join(["a", "b"])`),
+    or None."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded(node.left), _folded(node.right)
+        return left + right if left is not None and right is not None else None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and len(node.args) == 1
+        and isinstance(node.args[0], (ast.List, ast.Tuple))
+        and (sep := _folded(node.func.value)) is not None
+    ):
+        parts = [_folded(e) for e in node.args[0].elts]
+        return sep.join(p for p in parts if p is not None) if None not in parts else None
+    return None
+
+
+def _plain_names(call: ast.Call, every: bool) -> bool:
+    """Whether the names a call takes (`every` argument, an attrgetter's; else the first, a
+    methodcaller's) are written out, none private."""
+    names = call.args if every else call.args[:1]
+    return bool(names) and all(
+        isinstance(a, ast.Constant)
+        and isinstance(a.value, str)
+        and not any(part.startswith("_") for part in a.value.split("."))
+        for a in names
+    )
 
 
 def _dynamic(qualified: str) -> bool:
@@ -1132,16 +1220,18 @@ def refusal(
     allow: Collection[str] = (),
     installed: Sequence[str] = (),
     ignored: Callable[[Sequence[str]], Sequence[str]] | None = None,
+    doctests: Collection[str] = (),
 ) -> str | None:
     """Why an edit may not be verified at all, before anything runs, or None: it edits tests
     (`protected`), verification settings or type-checker plugins, files outside `only`, shadows a
     harness module, or breaks a rule of `_RULES` that the project does not `allow`. `tests`: what
     the project's tests are (the test framework and dynamic code are looked for outside them);
-    `installed`: globs of the interpreter's prefix; `ignored`: which new paths git ignores."""
+    `installed`: globs of the interpreter's prefix; `ignored`: which new paths git ignores;
+    `doctests`: the modules whose doctests the baseline ran."""
     paths = [c.path for c in changes]
     if edited := [p for p in paths if is_protected(p, protected)]:
         return f"edits to tests (and the files they read) are not allowed: {', '.join(edited)}"
-    if protected and (edited := doctest_edits(changes)):
+    if protected and (edited := doctest_edits(changes, doctests)):
         return f"edits to tests are not allowed: the doctest examples in {', '.join(edited)}"
     if configs := config_edits(changes, plugin_files):
         return f"edits to how the project is checked are not allowed: {', '.join(configs)}"

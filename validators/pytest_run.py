@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ralph.domain.candidate import PROTECTED_TESTS, is_protected
 from ralph.domain.errors import RalphError
 from ralph.domain.results import ProcessResult, Scope, StageResult, TestResult
 from ralph.domain.score import is_under
@@ -39,6 +40,10 @@ class PytestValidator:
         self.warm = warm
         self.test_timeout_s = test_timeout_s  # one test's limit (our plugin fails it, the run goes on)
         self.last_coverage: CoverageMap = {}
+        # The project's files whose changes to pytest's machinery are its own (its tests, conftests
+        # and plugins: the verifier sets the policy's); None: everything (the baseline's run, or a
+        # project that allows the harness rule).
+        self.trusted: tuple[str, ...] | None = PROTECTED_TESTS
         # Hears "tests k/N" while a run goes on, and a test nearing its time limit (long runs: the
         # baseline, a background gate).
         self.progress: Callable[[str], None] | None = None
@@ -94,7 +99,7 @@ class PytestValidator:
                 return StageResult(self.name, ok=False, duration_ms=elapsed, detail=forged, error=forged)
             run = replace(run, returncode=1 if failing_records else 0)
             end = {**(end or {}), "exitstatus": run.returncode, "shouldstop": True}
-        error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst)
+        error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst, self.trusted)
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
         return self._result(tests, scope, run, error, elapsed, stopped_early, stop)
 
@@ -175,7 +180,11 @@ class PytestValidator:
 
     def baseline(self, timeout_s: float, coverage: bool = True) -> StageResult:
         """The whole suite (with per-test coverage unless cached); a suite that cannot run is bad input."""
-        result = self.check(Scope(timeout_s=timeout_s), coverage=coverage)
+        trusted, self.trusted = self.trusted, None  # (the starting state's code is the user's)
+        try:
+            result = self.check(Scope(timeout_s=timeout_s), coverage=coverage)
+        finally:
+            self.trusted = trusted
         if result.detail == "no tests collected":
             raise RalphError(f"no tests found in {self.toolchain.project.name} (pytest collected nothing)")
         if result.error is not None:
@@ -237,6 +246,24 @@ def _tail(output: str, lines: int = 8) -> str:
     return " | ".join(line for line in output.strip().splitlines()[-lines:] if line.strip())
 
 
+def _harness_changed(changed: object, trusted: Sequence[str] | None) -> str | None:
+    """What the report plugin saw changed in pytest's machinery (`[what, the project's file whose
+    code changed it ("" outside the project, "?" unknown)]`, each), less what installed code or the
+    project's tests (`trusted` globs; None: all of it, as at the baseline, whose code is the user's)
+    did; None when nothing is left."""
+    if not isinstance(changed, list):
+        return "the report did not say"
+    left = []
+    for entry in changed:
+        what, origin = (entry if isinstance(entry, list) and len(entry) == 2 else [entry, "?"])[:2]
+        if origin == "" or trusted is None:
+            continue
+        if trusted is not None and is_protected(str(origin), trusted):
+            continue
+        left.append(f"{what}, by {origin}" if origin != "?" else str(what))
+    return "; ".join(left[:3]) if left else None
+
+
 def _no_verdict(
     run: ProcessResult,
     end: dict[str, Any] | None,
@@ -245,6 +272,7 @@ def _no_verdict(
     failing_records: int,
     scope: Scope,
     exitfirst: bool,
+    trusted: Sequence[str] | None = (),
 ) -> str | None:
     """Why this run's outcomes cannot be trusted, or None: a run that timed out, died, stopped early,
     left a torn or missing report, or whose report disagrees with pytest's own exit status and count."""
@@ -263,10 +291,8 @@ def _no_verdict(
         return "the test report is torn or was replaced (a process killed mid-write, or tampering)"
     if end is None:
         return "pytest ended without its final report (killed, or os._exit in the code under test)"
-    tampered = end.get("tampered")
-    if not isinstance(tampered, list) or tampered:
-        what = "; ".join(str(t) for t in tampered[:3]) if isinstance(tampered, list) else "unchecked"
-        return f"pytest's harness was changed while the tests ran ({what})"
+    if (changed := _harness_changed(end.get("tampered"), trusted)) is not None:
+        return f"pytest's harness was changed while the tests ran ({changed})"
     if end.get("exitstatus") != run.returncode:
         return f"pytest's exit status {run.returncode} disagrees with its report ({end.get('exitstatus')})"
     failing = any(t.failing for t in tests)

@@ -58,8 +58,11 @@ _CACHES = ("/__pycache__/", "/.hypothesis/", "/.pytest_cache/", "/.mypy_cache/",
 # What decides and records a test's outcome, as it was before any of the project's code ran: the
 # owner (a module, or a class in one), and the names in it. Product code that rewrote one of them
 # (`TestReport.from_item_and_call`, pluggy's call loop, a skip that passes) could turn a failure into
-# a pass; the policy refuses such code where it can read it, and this catches what it cannot: each
-# is checked at every report and at the end, and a changed one makes the run give no verdict.
+# a pass; the policy refuses such code where it can read it, and this catches what it cannot. Each is
+# checked at every report and at the end, as are the hooks that decide outcomes (one registered by
+# the code under test) and each test's function; what changed is reported with the file of the code
+# that changed it, and the host gives no verdict unless that is outside the project (an installed
+# plugin's: flaky replaces `call_and_report`) or one of its tests (a conftest).
 _HARNESS = (
     ("_pytest.reports", "TestReport", ("__init__", "from_item_and_call")),
     ("_pytest.reports", "CollectReport", ("__init__",)),
@@ -80,13 +83,33 @@ _HARNESS = (
     ("pluggy._manager", "PluginManager", ("_hookexec", "register", "subset_hook_caller")),
     ("pluggy._result", "Result", ("get_result", "force_result", "force_exception")),
     ("pytest", "", ("TestReport", "CallInfo", "skip", "fail", "xfail", "exit")),
-    ("json", "", ("dumps",)),
     (__name__, "", ("_write", "_check_harness", "pytest_runtest_logreport", "pytest_sessionfinish")),
-    (__name__, "", ("pytest_runtest_makereport", "pytest_collectreport")),
+    (__name__, "", ("pytest_runtest_makereport", "pytest_collectreport", "pytest_runtest_call")),
+)
+_OUTCOME_HOOKS = (
+    "pytest_runtest_protocol",
+    "pytest_runtest_setup",
+    "pytest_runtest_call",
+    "pytest_runtest_teardown",
+    "pytest_runtest_makereport",
+    "pytest_runtest_logreport",
+    "pytest_pyfunc_call",
+    "pytest_report_teststatus",
+    "pytest_collection_modifyitems",
+    "pytest_itemcollected",
+    "pytest_collectreport",
+    "pytest_runtestloop",
+    "pytest_sessionfinish",
 )
 _MISSING = object()
+_dumps = json.dumps  # (as it is now: a test may patch json.dumps for its own ends)
 _harness: dict[tuple[str, str, str], object] = {}  # (module, class, name) -> the object it was
-_tampered: list[str] = []
+_hooks_seen: set[int] = set()  # the hook implementations already judged
+_tests_seen: dict[str, tuple[object, object]] = {}  # node id -> its function and code, as collected
+# (What changed, the file of the code that changed it, relative to the project: "" outside it or in
+# an installed package there, "?" where no code says) -> where it was first seen.
+_changed: dict[tuple[str, str], str] = {}
+_raised: dict[str, bool] = {}  # node id -> whether its last call raised, as our call wrapper saw it
 
 
 def _owner(module: str, cls: str) -> object | None:
@@ -104,17 +127,78 @@ def _snapshot() -> None:
             _harness.setdefault((module, cls, name), vars(owner).get(name, _MISSING))
 
 
+def _origin(obj: object) -> str:
+    """The file of the code behind `obj` (a function, through the methods, properties, partials and
+    wrappers around one; a class's or a module's file), relative to the project; "" outside it or
+    in an installed package there; "?" where nothing says (no code, or code compiled from a string)."""
+    for _ in range(8):
+        if getattr(obj, "__code__", None) is not None:
+            break
+        inner = next(
+            (
+                v
+                for a in ("__func__", "fget", "func", "__wrapped__")
+                if (v := getattr(obj, a, None)) is not None
+            ),
+            None,
+        )
+        if inner is None:
+            break
+        obj = inner
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        file = code.co_filename
+    elif isinstance(obj, type):
+        file = getattr(sys.modules.get(obj.__module__), "__file__", None)
+    else:
+        file = getattr(obj, "__file__", None) if type(obj) is type(sys) else None
+    if not isinstance(file, str) or not os.path.isabs(file) or not os.path.isfile(file):
+        return "?"  # (code compiled from a string: `<string>`)
+    root = _root()
+    if not root or not file.startswith(root) or "-packages/" in file:
+        return ""
+    return file[len(root) :]
+
+
 def _check_harness(where: str) -> None:
     for (module, cls, name), was in _harness.items():
         owner = _owner(module, cls)
         now = _MISSING if owner is None else vars(owner).get(name, _MISSING)
         if now is not was:
-            _tamper(f"{module}.{cls + '.' if cls else ''}{name} was replaced ({where})")
+            _note(f"{module}.{cls + '.' if cls else ''}{name} was replaced", where, now)
+    manager = getattr(getattr(_session, "config", None), "pluginmanager", None)
+    for hook in _OUTCOME_HOOKS if manager is not None else ():
+        for impl in getattr(manager.hook, hook).get_hookimpls():
+            if id(impl.function) in _hooks_seen:
+                continue
+            _hooks_seen.add(id(impl.function))
+            if _origin(impl.function):
+                _note(f"a {hook} hook was added", where, impl.function)
 
 
-def _tamper(what: str) -> None:
-    if what not in _tampered:
-        _tampered.append(what)
+def _note(what: str, where: str, by: object) -> None:
+    """Keep what changed, the file of the code `by` that did it, and where it was first seen."""
+    _changed.setdefault((what, _origin(by)), where)
+
+
+def _check_test(item) -> None:
+    """A test's function and code are the ones collected, and pytest's own `runtest` runs it."""
+    runtest = vars(item).get("runtest")
+    if runtest is not None:
+        _note("a test's runtest was replaced", item.nodeid, runtest)
+    seen = _tests_seen.get(item.nodeid)
+    if seen is not None:
+        obj = getattr(item, "obj", None)
+        if obj is not seen[0]:
+            _note("a test's function was replaced", item.nodeid, obj)
+        elif getattr(obj, "__code__", None) is not seen[1]:
+            _note("a test's code was replaced", item.nodeid, None)
+
+
+def pytest_itemcollected(item) -> None:
+    obj = getattr(item, "obj", None) if isinstance(item, pytest.Function) else None
+    if obj is not None:
+        _tests_seen[item.nodeid] = (obj, getattr(obj, "__code__", None))
 
 
 def arm() -> None:
@@ -205,7 +289,7 @@ def pytest_sessionstart(session) -> None:
 def _write(record: dict) -> None:
     if _report_file is None:
         return
-    _report_file.write(json.dumps(record) + "\n")
+    _report_file.write(_dumps(record) + "\n")
     _report_file.flush()
 
 
@@ -278,9 +362,11 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     report._ralph_frames = _frames(call) if report.failed else []
-    # A test that raised never passes (a skip or an xfail is skipped): a report that says it did was
-    # rewritten after pytest made it.
-    report._ralph_raised = call.excinfo is not None
+    if call.when == "call":
+        _check_test(item)
+        # A test that raised never passes (a skip or an xfail is skipped): a report that says it did
+        # was rewritten after pytest made it. Whether it raised is what our call wrapper saw.
+        report._ralph_raised = _raised.pop(item.nodeid, False) or call.excinfo is not None
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -289,7 +375,7 @@ def pytest_runtest_logreport(report) -> None:
         return
     _check_harness(report.nodeid)
     if report.when == "call" and report.passed and getattr(report, "_ralph_raised", False):
-        _tamper(f"{report.nodeid} raised but its report says it passed")
+        _note("a test raised but its report says it passed", report.nodeid, None)
     _failed_seen += bool(report.failed)
     if report.when == "call" or (report.when != "call" and (report.failed or report.skipped)):
         if report.when == "call":
@@ -504,6 +590,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         lines = {t: {fn: sorted(ls) for fn, ls in files.items()} for t, files in _lines_by_test.items()}
         lines["<opened>"] = {fn: sorted(openers) for fn, openers in _opened.items()}
         lines["<plugins>"] = {fn: [] for fn in _project_plugins(session)}
+        lines["<tests>"], lines["<doctests>"] = _test_files(session)
         with open(path, "w", encoding="utf-8") as f:
             json.dump(lines, f)
     if _report_file is not None:
@@ -511,7 +598,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         _write(
             {
                 "end": True,
-                "tampered": list(_tampered),
+                "tampered": [[f"{what} ({where})", origin] for (what, origin), where in _changed.items()],
                 "exitstatus": int(exitstatus),
                 "collected": int(getattr(session, "testscollected", 0)),
                 "shouldstop": bool(getattr(session, "shouldstop", False)),
@@ -523,11 +610,30 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         _report_file.close()
 
 
+def _test_files(session) -> tuple[dict[str, list], dict[str, list]]:
+    """The files the session collected test functions from (pytest's and unittest's: not a lint
+    plugin's item per file), and those it collected a module's doctests from."""
+    tests: dict[str, list] = {}
+    doctests: dict[str, list] = {}
+    for item in getattr(session, "items", ()):
+        path = str(getattr(item, "path", "") or "")
+        if isinstance(item, pytest.Function):
+            tests[path] = []
+        elif type(item).__name__ == "DoctestItem":
+            doctests[path] = []
+    return tests, doctests
+
+
 def _project_plugins(session) -> list[str]:
-    """The project's own modules pytest loaded as plugins (`-p name`, `pytest_plugins`, an entry
-    point of an editable install): they decide outcomes as a conftest does."""
+    """The project's own modules pytest loaded as plugins by name (`-p name`, `pytest_plugins`):
+    they decide outcomes as a conftest does. Not one an installed distribution's entry point loads
+    (a pytest plugin's own repository, installed editable: that module is the code under test)."""
     root, found = _root(), []
-    for plugin in session.config.pluginmanager.get_plugins():
+    manager = session.config.pluginmanager
+    by_entry_point = {id(plugin) for plugin, _ in manager.list_plugin_distinfo()}
+    for plugin in manager.get_plugins():
+        if id(plugin) in by_entry_point:
+            continue
         file = getattr(plugin, "__file__", None)
         if isinstance(file, str) and root and file.startswith(root) and "-packages/" not in file:
             found.append(file)
@@ -549,16 +655,17 @@ def _on_alarm(signum, frame):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     limit = float(_setting("RALPH_TEST_TIMEOUT") or 0)
-    if limit <= 0 or not hasattr(signal, "setitimer"):
-        yield
-        return
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit)
+    timed = limit > 0 and hasattr(signal, "setitimer")
+    if timed:
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, limit)
     try:
-        yield
+        outcome = yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    _raised[item.nodeid] = outcome.excinfo is not None
 
 
 _snapshot()  # what is loaded now, with this module: before any of the project's code

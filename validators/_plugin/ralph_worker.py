@@ -495,7 +495,7 @@ def main() -> None:
     _prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem for the tests we fork
     own = [name for name in _SETTINGS.get("RALPH_OWN_MODULES", "").split(",") if name]
     builtin, plugins = _pytest_plugins(set(own))
-    loaded = _preload(["ralph_pytest_report", *builtin, *plugins, *sys.argv[1:]])
+    loaded = _preload([*builtin, "ralph_pytest_report", *plugins, *sys.argv[1:]])
     _forget_project_modules(own, os.getcwd())
     # What the worker imported lives as long as it does: keep it out of every child's collections.
     # pytest collects garbage at the end of each session (twice), which over an unfrozen heap of
