@@ -51,7 +51,7 @@ class BackgroundGate:
         self.workspace = workspace
         self.toolchain = toolchain
         tests = gate_tests(toolchain, verifier.warm is not None, test_timeout_s)
-        tests.trusted = verifier.trusted
+        tests.trusted, tests.known = verifier.trusted, verifier.harness_known
         self.warm = tests.warm
         self.status = ""  # what the gate is doing now, for the loop's live line
         tests.progress = self._show

@@ -121,6 +121,9 @@ def _policy(
 class Verifier:
     """Runs the baseline once, then verifies candidates against the current accepted state."""
 
+    # What the baseline's run changed in pytest's machinery, as the project's own (PytestValidator.known).
+    harness_known: frozenset[tuple[str, str]] = frozenset()
+
     _ruff_drift: str | None = None  # set at the baseline: ruff is not the version the project pins
 
     def __init__(
@@ -166,18 +169,17 @@ class Verifier:
         self.tests = PytestValidator(toolchain, warm=self.warm, test_timeout_s=test_timeout_s)
         self.gate = gate_tests(toolchain, warm, test_timeout_s)
         self._trust()
-        self.checks = CommandValidator(toolchain, checks, check_paths)
-        self.coverage: CoverageMap = {}
+        self.checks, self.coverage = CommandValidator(toolchain, checks, check_paths), CoverageMap()
         self.accepted_paths: set[str] = set()  # files accepted edits changed since the coverage was measured
-        self.test_files: set[str] = set()  # files the baseline collected tests from
-        self.doctest_files: set[str] = set()  # modules (and text files) it ran doctests of
+        # The files the baseline collected tests from; the modules (and text files) it ran doctests of.
+        self.test_files, self.doctest_files = set[str](), set[str]()
         self._import_graph: ImportGraph | None = None
         self._coverage_index: CoverageIndex | None = None
         self.recent_failures = RecentFailures()
         self.durations: dict[str, float] = {}  # each test's time at the baseline
-        # The suite's time at the baseline, and its slowest test that did not hit the per-test limit.
-        self.suite_s, self.healthy_s = 60.0, 0.0
-        self.types_s = 0.0  # what the type checker took at the baseline (its first, full check)
+        # The suite's time at the baseline, its slowest test that did not hit the per-test limit, and
+        # what the type checker took then (its first, full check).
+        self.suite_s, self.healthy_s, self.types_s = 60.0, 0.0, 0.0
         self.baseline_obs = Observation()
         # Stages that could not run at the baseline (the user's own config is broken, say), with why:
         # they are off for the run, said at the start and in the trace, never silently passed.
@@ -232,6 +234,7 @@ class Verifier:
         if cached is not None and DOCTESTS not in cached:  # measured before the plugin recorded these
             cached = None
         suite = self.tests.baseline(timeout_s, coverage=cached is None)
+        self.harness_known = self.tests.last_changes  # (a pytest plugin's repository: its own)
         coverage = cached if cached is not None else self.tests.last_coverage
         if self.cache and cached is None and coverage:
             self.cache.store(coverage)
@@ -258,7 +261,7 @@ class Verifier:
                 *plugins,
             ]
             self.protected = tuple(dict.fromkeys((*self.protected, *(literal_glob(p) for p in theirs))))
-            self._trust()
+        self._trust()
         self._check_targets(suite)
         stages = [suite, self.ruff.check(Scope(timeout_s=timeout_s))]
         if self.mypy:
@@ -365,6 +368,7 @@ class Verifier:
 
     def _trust(self) -> None:
         self.tests.trusted = self.gate.trusted = self.trusted
+        self.tests.known = self.gate.known = self.harness_known
 
     def is_test_file(self, path: str) -> bool:
         """A file pytest collected tests from at the baseline, or one named like a test file."""
@@ -455,8 +459,9 @@ class Verifier:
             allow=self.allow,
         )
         names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files")
-        for name in (*names, "doctest_files", "baseline_obs"):
+        for name in (*names, "doctest_files", "harness_known", "baseline_obs"):
             setattr(other, name, getattr(self, name))
+        other._trust()
         other.accepted_paths = set(self.accepted_paths)
         other.disabled, other._ruff_drift = dict(self.disabled), self._ruff_drift
         other.ruff.enabled = self.ruff.enabled

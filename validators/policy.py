@@ -470,36 +470,45 @@ def _path_strings(tree: ast.Module) -> Iterator[str]:
 
 def doctest_edits(changes: Sequence[FileChange], doctests: Collection[str]) -> list[str]:
     """The modules the baseline ran doctests of (`doctests`) whose examples (the `>>>` lines of a
-    docstring and the output they expect) an edit changes: the code's own tests. A file that does
-    not parse is left to the syntax stage."""
+    docstring and the output they expect) an edit changes: the code's own tests. Only the statements
+    the edit changed are read; a file that does not parse is left to the syntax stage."""
     edited = []
     for change in changes:
         if change.path not in doctests or change.before is None or ">>>" not in change.before:
             continue
-        before, after = _examples(change.before), _examples(change.after or "")
-        if before is not None and after is not None and before != after:
+        old = _parse(change.before)
+        new = _edited(change.before, change.after or "") if old is not None else None
+        if old is None or new is None:
+            continue
+        regions = [(b1, b2) for b1, b2, _, _ in _blocks(change.before, change.after or "")]
+        inside = [n for n in old.body if any(b1 <= n.lineno <= b2 for b1, b2 in regions)]
+        if _examples(inside) != _examples(new.body):
             edited.append(change.path)
     return edited
 
 
-@functools.lru_cache(maxsize=8)
-def _examples(text: str) -> tuple[tuple[str, str], ...] | None:
-    """Every doctest example in a module's docstrings, in order (None where it does not parse)."""
-    tree = _parse(text)
-    if tree is None:
-        return None
+def _examples(statements: Sequence[ast.stmt]) -> list[tuple[str, str]]:
+    """Every doctest example in the docstrings of these statements (a string standing alone among
+    them, as a module's docstring does, too), in order."""
     parser = doctest.DocTestParser()
     found: list[tuple[str, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            docstring = ast.get_docstring(node, clean=False)
-            if docstring and ">>>" in docstring:
-                try:
-                    examples = parser.get_examples(docstring)
-                except ValueError:
-                    examples = []
-                found += [(e.source.strip(), e.want.strip()) for e in examples]
-    return tuple(found)
+    texts = [
+        s.value.value
+        for s in statements
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
+    ]
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                texts.append(ast.get_docstring(node, clean=False) or "")
+    for text in texts:
+        if ">>>" in text:
+            try:
+                examples = parser.get_examples(text)
+            except ValueError:
+                examples = []
+            found += [(e.source.strip(), e.want.strip()) for e in examples]
+    return found
 
 
 def interpreter_prefix(python: str, project: Path) -> tuple[str, ...]:
@@ -592,6 +601,10 @@ _MAX_PARSED = 2 << 20  # a larger file is read for those words too
 # The builtins that run or import code given as data, and those that reach an attribute by a name.
 _RUNS_CODE = frozenset({"exec", "eval", "compile", "__import__"})
 _REFLECTION = frozenset({"getattr", "setattr", "delattr"})
+# Calls that take an exception's traceback to show it, not to reach its frames.
+_READS_TRACEBACKS = frozenset(
+    {"with_traceback", "format_tb", "print_tb", "extract_tb", "format_exception", "print_exception"}
+)
 # getattr and calls by a name given as data (allowed with names written out: `attrgetter("x")`).
 _BY_NAME = frozenset({"operator.attrgetter", "operator.methodcaller"})
 # Modules whose use is dynamic code (importing by name, loading code or objects from bytes, calling C).
@@ -616,7 +629,7 @@ _FRAME_ATTRS = frozenset(
     | {"_getframe", "_current_frames", "__code__", "__globals__", "__subclasses__", "co_code"}
     # How an object leads to others it was never handed: a builtin's module (`print.__self__` is
     # builtins), a class's subclasses, a closure's cells, an exception's frames.
-    | {"__self__", "__closure__", "cell_contents", "__traceback__"}
+    | {"__self__", "__closure__", "cell_contents", "__traceback__", "co_filename"}
 )
 _TEST_FRAMEWORK = frozenset({"pytest", "_pytest", "pluggy", "unittest", "mock"})
 # Names taken for modules wherever a file uses them without binding them otherwise.
@@ -684,17 +697,70 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
         found.append(Finding("dynamic-code", change.path, coding[0], f"a source encoding of {coding[1]}"))
     if test_file or change.path.endswith(".pyi") or not hunks:
         return found
-    tree, old = _parse(change.after), _parse(before_text) if change.before else None
+    old = _parse(before_text) if change.before else None
+    tree = _edited(before_text, change.after) if old is not None else _parse(change.after)
     if tree is None:
         rules = (("dynamic-code", _DYNAMIC_TEXT), ("test-framework", _FRAMEWORK_TEXT))
         return found + _lexical(change.path, before, after, hunks, rules)
     # Only the statements the changed regions meet are read (a one-line edit of a large module).
     spans = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
     had = _kinds(before_text) if old is not None else frozenset()
-    for c in _Reach(tree, _imports(old, before_text), spans, after).found:
+    for c in _Reach(tree, _imports(old, before_text), spans, after, context=old).found:
         if (c.rule, c.what) not in had and any(c.first <= hi and c.last >= lo for lo, hi in spans):
             found.append(Finding(c.rule, change.path, c.first, c.what))
     return list(dict.fromkeys(found))
+
+
+def _tops(tree: ast.Module) -> list[tuple[int, int]]:
+    """Each top-level statement's lines, its decorators included."""
+    spans = []
+    for node in tree.body:
+        decorators = getattr(node, "decorator_list", None) or []
+        first = min([node.lineno, *(d.lineno for d in decorators)])
+        spans.append((first, node.end_lineno or node.lineno))
+    return spans
+
+
+@functools.lru_cache(maxsize=8)  # (read by code_findings and doctest_edits)
+def _blocks(before: str, after: str) -> list[tuple[int, int, int, int]]:
+    """The regions of an edit as whole top-level statements: `(b1, b2, a1, a2)`, the lines (1-based,
+    inclusive; empty where b2 < b1) of the accepted text's statements that a changed region meets or
+    touches, and the lines they became. None of the rest of the file changed."""
+    old = _parse(before)
+    assert old is not None
+    hunks = _hunks(before.splitlines(), after.splitlines())
+    tops = _tops(old)
+    blocks: list[list[int]] = []
+    for i1, i2, _, _ in hunks:
+        near = [(a, b) for a, b in tops if a <= i2 + 1 and b >= i1]  # (touching: a line added below)
+        first, last = min([i1 + 1, *(a for a, _ in near)]), max([i2, *(b for _, b in near)])
+        if blocks and first <= blocks[-1][1] + 1:
+            blocks[-1][1] = max(blocks[-1][1], last)
+        else:
+            blocks.append([first, last])
+    found = []
+    for first, last in blocks:
+        shift = sum((j2 - j1) - (i2 - i1) for i1, i2, j1, j2 in hunks if i1 < first - 1)
+        inside = sum((j2 - j1) - (i2 - i1) for i1, i2, j1, j2 in hunks if first - 1 <= i1 <= last)
+        found.append((first, last, first + shift, last + shift + inside))
+    return found
+
+
+@functools.lru_cache(maxsize=8)  # (a candidate's text, read by code_findings and doctest_edits)
+def _edited(before: str, after: str) -> ast.Module | None:
+    """The statements of `after` that an edit of `before` (which parses) changed, each region parsed
+    alone with its lines numbered as in the whole (a one-line edit of a 100 KB module is not the
+    whole module's parse); the whole of `after` where a region does not parse alone."""
+    lines = after.splitlines()
+    body: list[ast.stmt] = []
+    for _, _, first, last in _blocks(before, after):
+        if last < first:
+            continue
+        part = _parse("\n" * (first - 1) + "\n".join(lines[first - 1 : last]) + "\n")
+        if part is None:
+            return _parse(after)
+        body += part.body
+    return ast.Module(body=body, type_ignores=[])
 
 
 def _coding(lines: Sequence[str]) -> tuple[int, str] | None:
@@ -779,13 +845,27 @@ def _imports(tree: ast.Module | None, text: str) -> frozenset[str]:
     """The top-level modules a text imports (read as words where it does not parse)."""
     if tree is None:
         return frozenset(re.findall(r"^\s*(?:from|import)\s+(\w+)", text, re.MULTILINE))
-    found: set[str] = set()
+    modules, _, imported = _import_maps(tree)
+    return frozenset(m.split(".")[0] for m in [*modules.values(), *imported.values()])
+
+
+@functools.lru_cache(maxsize=8)  # (the accepted state's trees, read again by every candidate)
+def _import_maps(tree: ast.Module) -> tuple[dict[str, str], frozenset[str], dict[str, str]]:
+    """What a module's imports bind: a name an `import` binds -> its module; the dotted modules
+    `import a.b` names; a name a `from` import binds -> module.name."""
+    modules: dict[str, str] = {}
+    dotted: set[str] = set()
+    imported: dict[str, str] = {}
     for node in _statements(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name.split(".")[0] for a in node.names)
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                modules[alias.asname or top] = alias.name if alias.asname else top
+                dotted.add(alias.name)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
-    return frozenset(found)
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return modules, frozenset(dotted), imported
 
 
 def _statements(node: ast.AST, into: Callable[[ast.stmt], bool] = lambda s: True) -> Iterator[ast.stmt]:
@@ -837,41 +917,34 @@ class _Reach(ast.NodeVisitor):
         already: frozenset[str],
         spans: Sequence[tuple[int, int]] | None,
         lines: Sequence[str] = (),
+        context: ast.Module | None = None,
     ) -> None:
+        """`tree`: the statements to read (those `spans` meet); `context`: the accepted file they
+        are part of, whose imports and names count too; `lines`: the source's lines."""
         self.found: list[_Construct] = []
         self.tree, self.lines = tree, lines  # (the source: what a string spells there, the lines saw)
+        self.context = context
         self.already = already
         self.spans = spans  # the lines read (None: all): statements that meet none are passed over
         self.modules: dict[str, str] = {}  # a name an `import` binds -> its module
         self.dotted: set[str] = set()  # the dotted modules `import a.b` names
         self.imported: dict[str, str] = {}  # a name a `from` import binds -> module.name
-        for node in _statements(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    self.modules[alias.asname or alias.name.split(".")[0]] = (
-                        alias.name if alias.asname else alias.name.split(".")[0]
-                    )
-                    self.dotted.add(alias.name)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for alias in node.names:
-                    self.imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-        self.scopes: list[tuple[bool, frozenset[str]]] = [(False, _binds(tree))]  # (a class's?, names)
+        for source in (context, tree) if context is not None else (tree,):
+            modules, dotted, imported = _import_maps(source)
+            self.modules.update(modules)
+            self.dotted.update(dotted)
+            self.imported.update(imported)
+        names = _binds(tree) | (_binds(context) if context is not None else frozenset())
+        self.scopes: list[tuple[bool, frozenset[str]]] = [(False, names)]  # (a class's?, names)
         self.judged: set[int] = set()  # names already judged as the function a call calls
+        self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
         self.visit(tree)
 
-    @functools.cached_property
-    def _stored(self) -> frozenset[str]:
-        """Every name the module stores to anywhere (`types = {...}`, `for gc in ...`, `except E as
-        inspect`, a comprehension's or a parameter's): no module there, wherever it is used."""
-        names = set()
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                names.add(node.id)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                names.add(node.name)
-            elif isinstance(node, ast.arg):
-                names.add(node.arg)
-        return frozenset(names)
+    def _rebound(self, name: str) -> bool:
+        """Whether `name` is stored to (assigned, a loop's or a comprehension's target, `except ...
+        as`, a parameter) where it is used: in a function around it, or at the module's level."""
+        functions = [n for n in self.scope_nodes if not isinstance(n, ast.ClassDef)]
+        return any(name in _stores(n) for n in [*functions, self.tree, *filter(None, [self.context])])
 
     def visit(self, node: ast.AST) -> None:
         if isinstance(node, ast.stmt) and self.spans is not None:
@@ -897,7 +970,11 @@ class _Reach(ast.NodeVisitor):
                 return self.modules[node.id]
             return node.id if node.id in _WELL_KNOWN and not self._defined(node.id) else None
         dotted = _dotted(node)
-        return dotted if dotted is not None and (dotted in self.dotted or dotted == "os.path") else None
+        if dotted is not None and (dotted in self.dotted or dotted == "os.path"):
+            return dotted
+        if isinstance(node, ast.Attribute) and node.attr in _WELL_KNOWN and self._module(node.value):
+            return node.attr  # (`os.sys`: a module's module, as itself)
+        return None
 
     def _scope(
         self, node: ast.AST, outer: Sequence[ast.AST | None], inner: Sequence[ast.AST], is_class: bool
@@ -906,9 +983,11 @@ class _Reach(ast.NodeVisitor):
             if child is not None:
                 self.visit(child)
         self.scopes.append((is_class, _binds(node)))
+        self.scope_nodes.append(node)
         for child in inner:
             self.visit(child)
         self.scopes.pop()
+        self.scope_nodes.pop()
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
         a = node.args
@@ -955,6 +1034,15 @@ class _Reach(ast.NodeVisitor):
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "join" and (text := _folded(node)) is not None:
             self._spelled(text, node)
+        if (
+            isinstance(func, ast.Attribute) and func.attr in _READS_TRACEBACKS
+        ):  # `.with_traceback(e.__traceback__)`
+            for arg in node.args:
+                if isinstance(arg, ast.Attribute) and arg.attr == "__traceback__":
+                    self.judged.add(id(arg))
+        for keyword in node.keywords:  # `code.replace(co_filename=...)`
+            if keyword.arg in _FRAME_ATTRS:
+                self._add("dynamic-code", keyword.arg, node)
         by_name = self._by_a_given_name(func)
         if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
             self.judged.add(id(func))
@@ -1010,7 +1098,7 @@ class _Reach(ast.NodeVisitor):
         if qualified and _dynamic(qualified):
             self._add("dynamic-code", qualified, node)
         module = self._module(node)
-        if module in _HELD_MODULES and node.id not in self._stored:  # (`sys.x`: judged where read)
+        if module in _HELD_MODULES and not self._rebound(node.id):  # (`sys.x`: judged where read)
             self._add("dynamic-code", f"{module} (a module as a value)", node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -1034,9 +1122,11 @@ class _Reach(ast.NodeVisitor):
         for rule, what in _keys([text], _LEXICAL[:2]):
             if what not in source:
                 self._add(rule, f"a string spelling {what}", node)
+        if text in _FRAME_ATTRS and text not in source:  # `"_get" + "frame"`
+            self._add("dynamic-code", f"a string spelling {text}", node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in _FRAME_ATTRS:
+        if node.attr in _FRAME_ATTRS and id(node) not in self.judged:
             self._add("dynamic-code", node.attr, node)
         module = self._module(node.value)
         if module is not None:
@@ -1055,6 +1145,33 @@ class _Reach(ast.NodeVisitor):
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
             self._add("dynamic-code", "globals()[...] written", node)
         self.generic_visit(node)
+
+
+def _stores(scope: ast.AST) -> frozenset[str]:
+    """The names a function (its parameters too) or a module stores to itself, in its own body."""
+    found = _STORES.get(id(scope))
+    if found is not None and found[0] is scope:
+        return found[1]
+    names: set[str] = set()
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        names.update(a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg))
+    pending = list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.arguments)):
+            continue  # (their own scope; a def's name: `_binds`)
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        pending.extend(ast.iter_child_nodes(node))
+    if len(_STORES) > 256:
+        _STORES.clear()
+    _STORES[id(scope)] = (scope, frozenset(names))
+    return _STORES[id(scope)][1]
+
+
+_STORES: dict[int, tuple[ast.AST, frozenset[str]]] = {}
 
 
 def _folded(node: ast.expr) -> str | None:

@@ -44,6 +44,10 @@ class PytestValidator:
         # and plugins: the verifier sets the policy's); None: everything (the baseline's run, or a
         # project that allows the harness rule).
         self.trusted: tuple[str, ...] | None = PROTECTED_TESTS
+        # What the baseline's run changed in pytest's machinery, and how: the project's own (the
+        # verifier sets it); what the last run changed.
+        self.known: frozenset[tuple[str, str]] = frozenset()
+        self.last_changes: frozenset[tuple[str, str]] = frozenset()
         # Hears "tests k/N" while a run goes on, and a test nearing its time limit (long runs: the
         # baseline, a background gate).
         self.progress: Callable[[str], None] | None = None
@@ -99,7 +103,10 @@ class PytestValidator:
                 return StageResult(self.name, ok=False, duration_ms=elapsed, detail=forged, error=forged)
             run = replace(run, returncode=1 if failing_records else 0)
             end = {**(end or {}), "exitstatus": run.returncode, "shouldstop": True}
-        error = _no_verdict(run, end, unreadable, tests, failing_records, scope, exitfirst, self.trusted)
+        self.last_changes = harness_changes(end) or frozenset()
+        error = _no_verdict(
+            run, end, unreadable, tests, failing_records, scope, exitfirst, self.trusted, self.known
+        )
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
         return self._result(tests, scope, run, error, elapsed, stopped_early, stop)
 
@@ -246,21 +253,36 @@ def _tail(output: str, lines: int = 8) -> str:
     return " | ".join(line for line in output.strip().splitlines()[-lines:] if line.strip())
 
 
-def _harness_changed(changed: object, trusted: Sequence[str] | None) -> str | None:
-    """What the report plugin saw changed in pytest's machinery (`[what, the project's file whose
-    code changed it ("" outside the project, "?" unknown)]`, each), less what installed code or the
-    project's tests (`trusted` globs; None: all of it, as at the baseline, whose code is the user's)
-    did; None when nothing is left."""
-    if not isinstance(changed, list):
+def harness_changes(end: Mapping[str, Any] | None) -> frozenset[tuple[str, str]] | None:
+    """What the report plugin saw changed in pytest's machinery, as `(what, where the code that
+    changed it lies)`: the project's file, "" an installed pytest plugin's, "!" pytest's or another
+    installed package's, "?" unknown; None where the report does not say."""
+    entries = (end or {}).get("tampered")
+    if not isinstance(entries, list):
+        return None
+    found = set()
+    for entry in entries:
+        what, origin = [*entry, "?", "?"][:2] if isinstance(entry, list) else (str(entry), "?")
+        found.add((str(what), str(origin)))
+    return frozenset(found)
+
+
+def _harness_changed(
+    end: Mapping[str, Any] | None, trusted: Sequence[str] | None, known: Collection[tuple[str, str]] = ()
+) -> str | None:
+    """What changed in pytest's machinery that neither an installed pytest plugin nor the project's
+    tests (`trusted` globs; None: everyone, as at the baseline, whose code is the user's) did, nor
+    the baseline's run saw done the same way (`known`: a pytest plugin's own repository, whose code
+    under test is a plugin); None when nothing is left."""
+    changes = harness_changes(end)
+    if changes is None:
         return "the report did not say"
     left = []
-    for entry in changed:
-        what, origin = (entry if isinstance(entry, list) and len(entry) == 2 else [entry, "?"])[:2]
-        if origin == "" or trusted is None:
+    for what, origin in sorted(changes):
+        if origin == "" or trusted is None or (what, origin) in known or is_protected(origin, trusted):
             continue
-        if trusted is not None and is_protected(str(origin), trusted):
-            continue
-        left.append(f"{what}, by {origin}" if origin != "?" else str(what))
+        by = {"?": "", "!": ", by pytest's or an installed package's code"}.get(origin, f", by {origin}")
+        left.append(f"{what}{by}")
     return "; ".join(left[:3]) if left else None
 
 
@@ -273,6 +295,7 @@ def _no_verdict(
     scope: Scope,
     exitfirst: bool,
     trusted: Sequence[str] | None = (),
+    known: Collection[tuple[str, str]] = (),
 ) -> str | None:
     """Why this run's outcomes cannot be trusted, or None: a run that timed out, died, stopped early,
     left a torn or missing report, or whose report disagrees with pytest's own exit status and count."""
@@ -291,7 +314,7 @@ def _no_verdict(
         return "the test report is torn or was replaced (a process killed mid-write, or tampering)"
     if end is None:
         return "pytest ended without its final report (killed, or os._exit in the code under test)"
-    if (changed := _harness_changed(end.get("tampered"), trusted)) is not None:
+    if (changed := _harness_changed(end, trusted, known)) is not None:
         return f"pytest's harness was changed while the tests ran ({changed})"
     if end.get("exitstatus") != run.returncode:
         return f"pytest's exit status {run.returncode} disagrees with its report ({end.get('exitstatus')})"

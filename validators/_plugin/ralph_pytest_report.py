@@ -15,12 +15,16 @@ any test module is imported, so the project's code does not find the report's pa
 from __future__ import annotations
 
 import contextlib
+import doctest  # noqa: F401 (recorded with pytest's machinery before the project's code runs)
 import json
 import linecache
+import operator
 import os
 import signal
 import sys
+import unittest.case  # noqa: F401 (as doctest)
 import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -55,36 +59,36 @@ _SKIPPED_OPENS = (".py", ".pyc", ".pyo", ".pyi", ".so", ".pyd")
 _CACHES = ("/__pycache__/", "/.hypothesis/", "/.pytest_cache/", "/.mypy_cache/", "/.ruff_cache/", "/.tox/")
 
 
-# What decides and records a test's outcome, as it was before any of the project's code ran: the
-# owner (a module, or a class in one), and the names in it. Product code that rewrote one of them
-# (`TestReport.from_item_and_call`, pluggy's call loop, a skip that passes) could turn a failure into
-# a pass; the policy refuses such code where it can read it, and this catches what it cannot. Each is
-# checked at every report and at the end, as are the hooks that decide outcomes (one registered by
-# the code under test) and each test's function; what changed is reported with the file of the code
-# that changed it, and the host gives no verdict unless that is outside the project (an installed
-# plugin's: flaky replaces `call_and_report`) or one of its tests (a conftest).
-_HARNESS = (
-    ("_pytest.reports", "TestReport", ("__init__", "from_item_and_call")),
-    ("_pytest.reports", "CollectReport", ("__init__",)),
-    ("_pytest.reports", "BaseReport", ("passed", "failed", "skipped", "head_line")),
-    ("_pytest.runner", "", ("TestReport", "CollectReport", "call_and_report", "call_runtest_hook")),
-    ("_pytest.runner", "", ("runtestprotocol", "pytest_runtest_makereport", "pytest_runtest_call")),
-    ("_pytest.runner", "", ("pytest_runtest_protocol", "check_interactive_exception")),
-    ("_pytest.runner", "CallInfo", ("__init__", "from_call", "result")),
-    ("_pytest.python", "", ("pytest_pyfunc_call",)),
-    ("_pytest.python", "Function", ("runtest", "setup")),
-    ("_pytest.skipping", "", ("pytest_runtest_makereport", "pytest_runtest_setup", "pytest_runtest_call")),
-    ("_pytest.skipping", "", ("evaluate_skip_marks", "evaluate_xfail_marks")),
-    ("_pytest.outcomes", "", ("skip", "fail", "xfail", "exit", "OutcomeException", "Skipped", "Failed")),
-    ("_pytest.main", "", ("pytest_runtestloop", "wrap_session")),
-    ("_pytest.main", "Session", ("perform_collect", "genitems", "shouldstop", "shouldfail")),
-    ("pluggy._callers", "", ("_multicall",)),
-    ("pluggy._hooks", "HookCaller", ("__call__", "call_extra", "get_hookimpls")),
-    ("pluggy._manager", "PluginManager", ("_hookexec", "register", "subset_hook_caller")),
-    ("pluggy._result", "Result", ("get_result", "force_result", "force_exception")),
-    ("pytest", "", ("TestReport", "CallInfo", "skip", "fail", "xfail", "exit")),
-    (__name__, "", ("_write", "_check_harness", "pytest_runtest_logreport", "pytest_sessionfinish")),
-    (__name__, "", ("pytest_runtest_makereport", "pytest_collectreport", "pytest_runtest_call")),
+# What decides and records a test's outcome, as it was before any of the project's code ran: every
+# name of these modules and of the classes they define. Product code that rewrote one (a report's
+# constructor, pluggy's call loop, `Function.runtest`, `RaisesExc.__exit__`, doctest's output
+# checker) could turn a failure into a pass; the policy refuses such code where it can read it, and
+# this catches what it cannot. Checked at every report and at the end, with the hooks that decide
+# outcomes (one added by the code under test) and each test's function, code, class and `runtest`:
+# what changed is reported with where the code that changed it lies, and the host gives no verdict
+# unless that is an installed pytest plugin (flaky replaces `call_and_report`) or the project's tests
+# (a conftest).
+_WATCHED = (
+    "_pytest.runner",
+    "_pytest.python",
+    "_pytest.python_api",
+    "_pytest.reports",
+    "_pytest.skipping",
+    "_pytest.outcomes",
+    "_pytest.main",
+    "_pytest.nodes",
+    "_pytest.unittest",
+    "_pytest.doctest",
+    "_pytest.raises",
+    "_pytest.fixtures",
+    "pluggy._callers",
+    "pluggy._hooks",
+    "pluggy._manager",
+    "pluggy._result",
+    "pytest",
+    "doctest",
+    "unittest.case",
+    __name__,
 )
 _OUTCOME_HOOKS = (
     "pytest_runtest_protocol",
@@ -97,108 +101,209 @@ _OUTCOME_HOOKS = (
     "pytest_report_teststatus",
     "pytest_collection_modifyitems",
     "pytest_itemcollected",
+    "pytest_pycollect_makeitem",
     "pytest_collectreport",
     "pytest_runtestloop",
     "pytest_sessionfinish",
 )
 _MISSING = object()
 _dumps = json.dumps  # (as it is now: a test may patch json.dumps for its own ends)
-_harness: dict[tuple[str, str, str], object] = {}  # (module, class, name) -> the object it was
-_hooks_seen: set[int] = set()  # the hook implementations already judged
-_tests_seen: dict[str, tuple[object, object]] = {}  # node id -> its function and code, as collected
-# (What changed, the file of the code that changed it, relative to the project: "" outside it or in
-# an installed package there, "?" where no code says) -> where it was first seen.
+# (a module's or a class's namespace, its name) -> _Namespace
+_harness: dict[tuple[int, str], _Namespace] = {}
+_hooks_seen: dict[int, tuple[object, object]] = {}  # hook functions judged -> (it, its code then)
+_tests_seen: dict[str, tuple[object, object, type]] = {}  # node id -> its function, code and class
+# (What changed, where the code that changed it lies: `_origin`) -> where it was first seen.
 _changed: dict[tuple[str, str], str] = {}
 _raised: dict[str, bool] = {}  # node id -> whether its last call raised, as our call wrapper saw it
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def _owner(module: str, cls: str) -> object | None:
-    owner = sys.modules.get(module)
-    return owner if owner is None or not cls else vars(owner).get(cls)
+def _installed_places() -> tuple[str, ...]:
+    """The interpreter's standard library and installed packages (site-packages wherever they are)."""
+    import site
+    import sysconfig
+
+    places = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    with contextlib.suppress(Exception):
+        places.update(site.getsitepackages())
+        places.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.realpath(p), "") for p in places if p)
+
+
+_INSTALLED = _installed_places()
 
 
 def _snapshot() -> None:
-    """Record each of `_HARNESS` not yet recorded (a module pytest has not imported yet waits)."""
-    for module, cls, names in _HARNESS:
-        owner = _owner(module, cls)
-        if owner is None:
+    """Record the namespaces of `_WATCHED` not yet recorded (a module pytest has not imported yet
+    waits), with each function's code."""
+    for module in _WATCHED:
+        owner = sys.modules.get(module)
+        if owner is None or (id(owner), module) in _harness:
             continue
-        for name in names:
-            _harness.setdefault((module, cls, name), vars(owner).get(name, _MISSING))
+        _record(owner, module)
+        for name, value in list(vars(owner).items()):
+            functions = isinstance(value, type) and any(_code_of(v) for v in vars(value).values())
+            if functions and getattr(value, "__module__", None) == module:  # (its own, with code)
+                _record(value, f"{module}.{name}")
+
+
+class _Namespace:
+    """A module's or a class's names as they were, and its functions' code: told apart from now in
+    C (`itemgetter`, `map(is_)`), ~2,400 names of pytest's in ~50 us a check."""
+
+    def __init__(self, owner: object, name: str) -> None:
+        self.name, self.namespace = name, vars(owner)
+        self.take()
+
+    def take(self) -> None:
+        """Record the namespace as it is now (again, once what changed in it has been judged)."""
+        self.was = dict(self.namespace)
+        if not hasattr(self, "first"):  # (what it was before any of the project's code: put back
+            self.first = {k: (v, getattr(v, "__code__", None)) for k, v in self.was.items()}  # is no change)
+        keys = (*self.was, "__ralph_none__", "__ralph_none__")  # (itemgetter of one key: no tuple)
+        self.values = tuple(self.was.values())
+        self.get = operator.itemgetter(*keys[: max(2, len(self.was))])
+        self.functions = tuple(v for v in self.values if type(v).__name__ == "function")
+        self.codes = tuple(f.__code__ for f in self.functions)
+        self.code_was = {id(f): c for f, c in zip(self.functions, self.codes, strict=True)}
+
+    def same(self) -> bool:
+        try:
+            now = self.get(self.namespace) if len(self.was) >= 2 else None
+        except KeyError:
+            return False
+        if now is not None and not all(map(operator.is_, now, self.values)):
+            return False
+        return all(map(operator.is_, map(_code, self.functions), self.codes))
+
+    def changes(self) -> Iterator[tuple[str, object, object]]:
+        """Each name that changed: what it was, what it is (`_MISSING`: gone)."""
+        for key, value in self.was.items():
+            now = self.namespace.get(key, _MISSING)
+            if now is not value or getattr(now, "__code__", None) is not self.code_was.get(id(value)):
+                yield key, value, now
+
+
+_code = operator.attrgetter("__code__")
+
+
+def _record(owner: object, name: str) -> None:
+    _harness[(id(owner), name)] = _Namespace(owner, name)
+
+
+_plugins_found: list[str] = []  # where the installed pytest plugins lie (`_find_plugins`)
+
+
+def _find_plugins(manager) -> None:
+    """Record where the installed pytest plugins (loaded by entry point) lie, their packages or
+    modules: once, when pytest has loaded them and before any of the project's code runs."""
+    if _plugins_found:
+        return
+    try:
+        found = [getattr(plugin, "__file__", None) for plugin, _ in manager.list_plugin_distinfo()]
+    except Exception:  # (nothing is trusted as a plugin's then)
+        found = []
+    for file in found:
+        if isinstance(file, str) and any(os.path.realpath(file).startswith(p) for p in _INSTALLED):
+            file = os.path.realpath(file)
+            _plugins_found.append(os.path.dirname(file) + os.sep if file.endswith("__init__.py") else file)
+    _plugins_found.append(_HERE)  # (ours)
 
 
 def _origin(obj: object) -> str:
-    """The file of the code behind `obj` (a function, through the methods, properties, partials and
-    wrappers around one; a class's or a module's file), relative to the project; "" outside it or
-    in an installed package there; "?" where nothing says (no code, or code compiled from a string)."""
-    for _ in range(8):
-        if getattr(obj, "__code__", None) is not None:
-            break
-        inner = next(
-            (
-                v
-                for a in ("__func__", "fget", "func", "__wrapped__")
-                if (v := getattr(obj, a, None)) is not None
-            ),
-            None,
-        )
-        if inner is None:
-            break
-        obj = inner
-    code = getattr(obj, "__code__", None)
-    if code is not None:
-        file = code.co_filename
-    elif isinstance(obj, type):
-        file = getattr(sys.modules.get(obj.__module__), "__file__", None)
-    else:
-        file = getattr(obj, "__file__", None) if type(obj) is type(sys) else None
+    """Where the code behind `obj` lies: a function's (through the methods, class and static
+    methods and properties around one), a callable's class's `__call__`, the first of a class's own
+    functions that lies elsewhere than pytest's: the project's file (relative to it); "" for an
+    installed pytest plugin's or ours; "!" for pytest's, the standard library's or another installed
+    package's; "?" where nothing says (no code, code compiled from a string, a file anywhere else)."""
+    if isinstance(obj, type):
+        origins = [_origin(v) for v in list(vars(obj).values()) if _code_of(v) is not None]
+        return next((o for o in origins if o != "!"), "!" if origins else "?")
+    code = _code_of(obj)
+    if code is None and callable(obj) and not isinstance(obj, type):
+        code = _code_of(vars(type(obj)).get("__call__"))  # (a callable instance: its class's)
+    file = getattr(code, "co_filename", None)
     if not isinstance(file, str) or not os.path.isabs(file) or not os.path.isfile(file):
-        return "?"  # (code compiled from a string: `<string>`)
-    root = _root()
-    if not root or not file.startswith(root) or "-packages/" in file:
+        return "?"  # (`<string>`)
+    file = os.path.realpath(file)
+    if file.startswith(_HERE) or any(file == p or file.startswith(p) for p in _plugins_found):
         return ""
-    return file[len(root) :]
+    if any(file.startswith(p) for p in _INSTALLED):
+        return "!"
+    for root in {_root(), os.path.join(os.path.realpath(_root() or "/"), "")} if _root() else ():
+        if file.startswith(root):
+            return file[len(root) :]
+    return "?"
+
+
+def _code_of(obj: object) -> object:
+    for _ in range(4):
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        elif isinstance(obj, property):
+            obj = obj.fget
+        elif type(obj).__name__ == "method":
+            obj = getattr(obj, "__func__", None)
+        else:
+            break
+    return getattr(obj, "__code__", None) if type(obj).__name__ == "function" else None
 
 
 def _check_harness(where: str) -> None:
-    for (module, cls, name), was in _harness.items():
-        owner = _owner(module, cls)
-        now = _MISSING if owner is None else vars(owner).get(name, _MISSING)
-        if now is not was:
-            _note(f"{module}.{cls + '.' if cls else ''}{name} was replaced", where, now)
+    for watched in list(_harness.values()):
+        if watched.same():
+            continue
+        for key, value, now in watched.changes():
+            first = watched.first.get(key, (_MISSING, None))
+            if now is first[0] and getattr(now, "__code__", None) is first[1]:
+                continue  # (put back as it was: a test's monkeypatch undone)
+            if not callable(value) and not callable(now):
+                continue  # (data: a cache pytest fills as it goes)
+            origin = _origin(now) if now is not value else "?"  # (the same function, other code)
+            if not callable(value) and origin in ("", "!"):
+                continue  # (a cache filled with pytest's own: doctest's checker class)
+            _note(f"{watched.name}.{key} was replaced", where, origin)
+        watched.take()  # (judged: a change is said once, a cache filled is quiet from now on)
     manager = getattr(getattr(_session, "config", None), "pluginmanager", None)
     for hook in _OUTCOME_HOOKS if manager is not None else ():
         for impl in getattr(manager.hook, hook).get_hookimpls():
-            if id(impl.function) in _hooks_seen:
+            function = impl.function
+            seen = _hooks_seen.get(id(function))
+            if seen is not None and seen[0] is function:
+                if getattr(function, "__code__", None) is not seen[1]:
+                    _note(f"a {hook} hook's code was replaced", where, "?")
                 continue
-            _hooks_seen.add(id(impl.function))
-            if _origin(impl.function):
-                _note(f"a {hook} hook was added", where, impl.function)
+            _hooks_seen[id(function)] = (function, getattr(function, "__code__", None))
+            origin = _origin(function)
+            if origin not in ("", "!"):
+                _note(f"a {hook} hook was added", where, origin)
 
 
-def _note(what: str, where: str, by: object) -> None:
-    """Keep what changed, the file of the code `by` that did it, and where it was first seen."""
-    _changed.setdefault((what, _origin(by)), where)
+def _note(what: str, where: str, origin: str) -> None:
+    """Keep what changed, where the code that did it lies, and where it was first seen."""
+    _changed.setdefault((what, origin), where)
 
 
 def _check_test(item) -> None:
-    """A test's function and code are the ones collected, and pytest's own `runtest` runs it."""
+    """A test's function, code and class are the ones collected, and pytest's own `runtest` runs it."""
     runtest = vars(item).get("runtest")
     if runtest is not None:
-        _note("a test's runtest was replaced", item.nodeid, runtest)
+        _note("a test's runtest was replaced", item.nodeid, _origin(runtest))
     seen = _tests_seen.get(item.nodeid)
     if seen is not None:
         obj = getattr(item, "obj", None)
         if obj is not seen[0]:
-            _note("a test's function was replaced", item.nodeid, obj)
+            _note("a test's function was replaced", item.nodeid, _origin(obj))
         elif getattr(obj, "__code__", None) is not seen[1]:
-            _note("a test's code was replaced", item.nodeid, None)
+            _note("a test's code was replaced", item.nodeid, "?")
+        if type(item) is not seen[2]:
+            _note("a test's class was replaced", item.nodeid, _origin(type(item)))
 
 
 def pytest_itemcollected(item) -> None:
     obj = getattr(item, "obj", None) if isinstance(item, pytest.Function) else None
     if obj is not None:
-        _tests_seen[item.nodeid] = (obj, getattr(obj, "__code__", None))
+        _tests_seen[item.nodeid] = (obj, getattr(obj, "__code__", None), type(item))
 
 
 def arm() -> None:
@@ -276,6 +381,7 @@ def _setting(name: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
     _snapshot()  # pytest's plugins are loaded, no conftest is
+    _find_plugins(early_config.pluginmanager)
     arm()  # before any conftest (and what it imports of the project) loads
 
 
@@ -373,11 +479,13 @@ def pytest_runtest_logreport(report) -> None:
     global _failed_seen
     if _report_file is None:
         return
-    _check_harness(report.nodeid)
+    written = report.when == "call" or report.failed or report.skipped
+    if written:  # (what a record says: a passing setup or teardown says nothing)
+        _check_harness(report.nodeid)
     if report.when == "call" and report.passed and getattr(report, "_ralph_raised", False):
-        _note("a test raised but its report says it passed", report.nodeid, None)
+        _note("a test raised but its report says it passed", report.nodeid, "?")
     _failed_seen += bool(report.failed)
-    if report.when == "call" or (report.when != "call" and (report.failed or report.skipped)):
+    if written:
         if report.when == "call":
             if hasattr(report, "wasxfail"):
                 outcome = "xpassed" if report.passed else "xfailed"
@@ -598,7 +706,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         _write(
             {
                 "end": True,
-                "tampered": [[f"{what} ({where})", origin] for (what, origin), where in _changed.items()],
+                "tampered": [[what, origin, where] for (what, origin), where in _changed.items()],
                 "exitstatus": int(exitstatus),
                 "collected": int(getattr(session, "testscollected", 0)),
                 "shouldstop": bool(getattr(session, "shouldstop", False)),
