@@ -506,3 +506,48 @@ def test_allowed_rules_come_from_tool_ralph_or_ralph_toml(tmp_path):
     assert refusal([change], (), None, allow=["silencing"]) is None
     ours = FileChange("m.py", "x = 1\n", "x = 1\nimport ralph_pytest_report\n")
     assert "allow" not in (refusal([ours], (), None, allow=["harness"]) or "")  # never allowed
+
+
+def test_reading_only_the_changed_statements_finds_what_reading_the_whole_file_does(monkeypatch):
+    """The policy parses the top-level statements an edit changed, alone (a one-line edit of a
+    100 KB module is not its whole parse): on random edits of a large module (statements added
+    before others at their indentation, lines changed) it finds what reading the whole file finds."""
+    import ast
+    import random
+
+    from validators import policy
+
+    text = Path(policy.__file__).read_text()
+    lines = text.splitlines(keepends=True)
+    starts = sorted(
+        {
+            (min([n.lineno, *(d.lineno for d in getattr(n, "decorator_list", []))]), n.col_offset)
+            for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.stmt)
+        }
+    )
+    # (a statement that starts its line, not an `elif`: one can be added before it)
+    starts = [(n, c) for n, c in starts if len(lines[n - 1]) - len(lines[n - 1].lstrip()) == c]
+    starts = [(n, c) for n, c in starts if not lines[n - 1].lstrip().startswith(("elif", "else"))]
+    snippets = ["x = eval('1')", "import sys as _s", "exec('1')", "y = getattr(sys, n)", "z = 1  # noqa"]
+    snippets += ["w = __import__('os')", "pass"]
+    rng = random.Random(7)
+    found = alone = 0
+    for _ in range(60):
+        new = list(lines)
+        for line, column in sorted(rng.sample(starts, 3), reverse=True):  # (later edits shift nothing)
+            if rng.random() < 0.8:
+                new.insert(line - 1, " " * column + rng.choice(snippets) + "\n")
+            else:
+                new[line - 1] = new[line - 1].replace("(", "( ", 1)
+        change = FileChange("m.py", text, "".join(new))
+        assert policy._parse(change.after) is not None
+        partial = sorted(map(str, code_findings(change, False)))
+        with monkeypatch.context() as m:
+            m.setattr(policy, "_edited", lambda before, after: policy._parse(after))
+            whole = sorted(map(str, code_findings(change, False)))
+        assert partial == whole
+        found += len({f.split(":")[1] for f in whole})
+        alone += policy._edited(change.before, change.after) is not policy._parse(change.after)
+    assert found >= 60  # (most edits add something the policy refuses, in a later region too)
+    assert alone >= 55  # (and the changed regions were read alone, not the whole file again)
