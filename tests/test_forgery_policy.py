@@ -404,17 +404,23 @@ def test_a_plugin_planted_in_an_ignored_virtualenv_is_refused(make_repo, tmp_pat
     assert "installed packages" in verdict["reason"] and f"{site}/x.py" in verdict["reason"]
 
 
-def test_a_new_file_git_ignores_is_refused(make_repo, tmp_path):
-    repo = make_repo({**BUGGY_WINDOWS, ".gitignore": "generated/\n"})
+def refused_with_a_helper_in(repo: Path, tmp_path: Path, folder: str) -> None:
+    """A fix that puts its helper in `folder`, which git ignores, is refused as such."""
     helper = "def last_start(xs, k):\n    return len(xs) - k + 1\n"
-    fixed = "from generated.helper import last_start\n\n\n" + BUGGY.replace(
+    fixed = f"from {folder}.helper import last_start\n\n\n" + BUGGY.replace(
         "range(len(xs) - k)", "range(last_start(xs, k))"
     )
-    drafter = replay(
-        tmp_path, {"description": "hide", "files": {"generated/helper.py": helper, "windows.py": fixed}}
+    files = {f"{folder}/helper.py": helper, "windows.py": fixed}
+    verdict = refused(
+        run_fix(repo, replay(tmp_path, {"description": "hide", "files": files}), max_iterations=1)
     )
-    verdict = refused(run_fix(repo, drafter, max_iterations=1))
-    assert "git ignores" in verdict["reason"] and "generated/helper.py" in verdict["reason"]
+    assert "git ignores" in verdict["reason"] and f"{folder}/helper.py" in verdict["reason"]
+
+
+def test_a_new_file_git_ignores_is_refused(make_repo, tmp_path):
+    refused_with_a_helper_in(
+        make_repo({**BUGGY_WINDOWS, ".gitignore": "generated/\n"}), tmp_path, "generated"
+    )
 
 
 def test_a_new_file_the_repositorys_own_excludes_ignore_is_refused(make_repo, tmp_path):
@@ -422,15 +428,7 @@ def test_a_new_file_the_repositorys_own_excludes_ignore_is_refused(make_repo, tm
     repo = make_repo(BUGGY_WINDOWS)
     (repo / ".git" / "info").mkdir(exist_ok=True)
     (repo / ".git" / "info" / "exclude").write_text("local/\n")
-    helper = "def last_start(xs, k):\n    return len(xs) - k + 1\n"
-    fixed = "from local.helper import last_start\n\n\n" + BUGGY.replace(
-        "range(len(xs) - k)", "range(last_start(xs, k))"
-    )
-    drafter = replay(
-        tmp_path, {"description": "hide", "files": {"local/helper.py": helper, "windows.py": fixed}}
-    )
-    verdict = refused(run_fix(repo, drafter, max_iterations=1))
-    assert "git ignores" in verdict["reason"] and "local/helper.py" in verdict["reason"]
+    refused_with_a_helper_in(repo, tmp_path, "local")
 
 
 def test_a_project_in_a_subdirectory_is_judged_by_the_repositorys_ignores(make_repo, tmp_path):
