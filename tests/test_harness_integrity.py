@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import BUGGY_WINDOWS
 from tests.test_forgery_policy import BUGGY, PASSING_REPORTS, findings
 from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
-from validators.pytest_run import _harness_changed
+from validators.pytest_run import _harness_changed, harness_changes
 
 # A project that lets dynamic code through: the policy cannot read what the code runs.
 PERMISSIVE = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n[tool.ralph]\nallow = ["dynamic-code", "test-framework"]\n'
@@ -189,7 +189,7 @@ def test_what_the_projects_tests_change_in_pytest_is_theirs(make_repo, tmp_path)
 
 def test_what_changed_counts_unless_an_installed_plugin_or_the_projects_tests_did_it():
     def said(*entries, trusted=("tests/*", "conftest.py"), known=()):
-        return _harness_changed({"tampered": [list(e) for e in entries]}, trusted, known)
+        return _harness_changed(harness_changes({"tampered": [list(e) for e in entries]}), trusted, known)
 
     assert said() is None
     assert said(["x was replaced", "", "t"]) is None  # an installed pytest plugin's (flaky)
@@ -199,7 +199,7 @@ def test_what_changed_counts_unless_an_installed_plugin_or_the_projects_tests_di
     assert said(["a test raised but its report says it passed", "?", "t"]) is not None
     assert said(["x", "windows.py", "t"], trusted=None) is None  # the baseline: the user's code
     assert said(["x", "src/plugin.py", "t"], known={("x", "src/plugin.py")}) is None  # seen at the baseline
-    assert _harness_changed({}, ("tests/*",)) == "the report did not say"  # no verdict
+    assert _harness_changed(harness_changes({}), ("tests/*",)) == "the report did not say"  # no verdict
 
 
 @pytest.mark.parametrize(

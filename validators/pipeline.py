@@ -12,6 +12,7 @@ mypy. The steps are declared in `Verifier._steps`; validators/stages.py holds th
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
@@ -458,8 +459,8 @@ class Verifier:
             run_budget_s=self.run_budget_s,
             allow=self.allow,
         )
-        names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files")
-        for name in (*names, "doctest_files", "harness_known", "baseline_obs"):
+        names = ("coverage", "durations", "suite_s", "healthy_s", "types_s", "test_files", "doctest_files")
+        for name in (*names, "harness_known", "baseline_obs"):
             setattr(other, name, getattr(self, name))
         other._trust()
         other.accepted_paths = set(self.accepted_paths)
@@ -523,6 +524,11 @@ class Verifier:
             doctests=self.doctest_files,
         )
 
+    @functools.cached_property
+    def _excludes(self) -> str:
+        """The user's repository's `.git/info/exclude` (the copy has no `.git/info` of its own)."""
+        return info_exclude(self.toolchain.user_root)
+
     def _ignored(self, paths: Sequence[str]) -> list[str]:
         """Which of these project paths git ignores, asked in the repository's copy (whose
         `.gitignore` files no candidate may edit)."""
@@ -530,8 +536,7 @@ class Verifier:
         if not project.is_relative_to(root):
             root = project
         prefix = "" if root == project else project.relative_to(root).as_posix() + "/"
-        excludes = info_exclude(self.toolchain.user_root)  # (the copy has no .git/info of its own)
-        ignored = set(git_ignored(root, [prefix + p for p in paths], excludes))
+        ignored = set(git_ignored(root, [prefix + p for p in paths], self._excludes))
         return [p for p in paths if prefix + p in ignored]
 
     def _safe_fixes(self, attempt: Attempt) -> Attempt | None:

@@ -103,10 +103,10 @@ class PytestValidator:
                 return StageResult(self.name, ok=False, duration_ms=elapsed, detail=forged, error=forged)
             run = replace(run, returncode=1 if failing_records else 0)
             end = {**(end or {}), "exitstatus": run.returncode, "shouldstop": True}
-        self.last_changes = harness_changes(end) or frozenset()
         error = _no_verdict(
             run, end, unreadable, tests, failing_records, scope, exitfirst, self.trusted, self.known
         )
+        self.last_changes = harness_changes(end) or frozenset()  # (the baseline's: `known` from then)
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
         return self._result(tests, scope, run, error, elapsed, stopped_early, stop)
 
@@ -268,13 +268,14 @@ def harness_changes(end: Mapping[str, Any] | None) -> frozenset[tuple[str, str]]
 
 
 def _harness_changed(
-    end: Mapping[str, Any] | None, trusted: Sequence[str] | None, known: Collection[tuple[str, str]] = ()
+    changes: Collection[tuple[str, str]] | None,
+    trusted: Sequence[str] | None,
+    known: Collection[tuple[str, str]] = (),
 ) -> str | None:
     """What changed in pytest's machinery that neither an installed pytest plugin nor the project's
     tests (`trusted` globs; None: everyone, as at the baseline, whose code is the user's) did, nor
     the baseline's run saw done the same way (`known`: a pytest plugin's own repository, whose code
-    under test is a plugin); None when nothing is left."""
-    changes = harness_changes(end)
+    under test is a plugin); None when nothing is left. `changes`: `harness_changes` of the report."""
     if changes is None:
         return "the report did not say"
     left = []
@@ -314,7 +315,7 @@ def _no_verdict(
         return "the test report is torn or was replaced (a process killed mid-write, or tampering)"
     if end is None:
         return "pytest ended without its final report (killed, or os._exit in the code under test)"
-    if (changed := _harness_changed(end, trusted, known)) is not None:
+    if (changed := _harness_changed(harness_changes(end), trusted, known)) is not None:
         return f"pytest's harness was changed while the tests ran ({changed})"
     if end.get("exitstatus") != run.returncode:
         return f"pytest's exit status {run.returncode} disagrees with its report ({end.get('exitstatus')})"
