@@ -20,7 +20,7 @@ from ralph.gitops import (
     set_branch,
     working_bytes,
 )
-from sandboxes.workspace import (
+from ralph.sandboxes.workspace import (
     as_text,
     encode_like,
     open_dir,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph.domain.protocols import DraftContext
-from sandboxes.workspace import read_beneath
+from ralph.sandboxes.workspace import read_beneath
 
 MAX_MESSAGE_CHARS = 1500
 MAX_SNIPPET_LINES = 80

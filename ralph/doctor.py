@@ -51,8 +51,8 @@ def _module_in(python: str, module: str) -> bool:
 
 def diagnose(project: Path, config: RunConfig) -> dict[str, Any]:
     """Facts about this machine and project; keys are reported as present or absent, never shown."""
-    from validators.mypy import mypy_configured
-    from validators.toolchain import find_python, ruff_bin
+    from ralph.validators.mypy import mypy_configured
+    from ralph.validators.toolchain import find_python, ruff_bin
 
     python = find_python(project, project, config.python)
     models = {
@@ -86,7 +86,7 @@ def diagnose(project: Path, config: RunConfig) -> dict[str, Any]:
 
 def _sandbox_facts() -> dict[str, Any]:
     """Whether candidates can be sandboxed here, as whom, and why not when they cannot."""
-    from sandboxes.bwrap import available, sandbox_ids
+    from ralph.sandboxes.bwrap import available, sandbox_ids
 
     why = available() if shutil.which("bwrap") is not None else None
     ids = sandbox_ids()

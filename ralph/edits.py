@@ -25,7 +25,7 @@ import unidiff
 from unidiff.errors import UnidiffParseError
 
 from ralph.domain.errors import UnsafePath
-from sandboxes.workspace import open_dir, read_text_beneath, safe_parts
+from ralph.sandboxes.workspace import open_dir, read_text_beneath, safe_parts
 
 MAX_EDIT_BYTES = 1_048_576
 _MAX_TEXT_BYTES = 4 * MAX_EDIT_BYTES

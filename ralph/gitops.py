@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph.domain.errors import GitError, RalphError
-from sandboxes import hold_owner_lock, remove_owned
+from ralph.sandboxes import hold_owner_lock, remove_owned
 
 # The user's own line-ending settings (core.autocrlf, .gitattributes eol) apply, as in their git: the
 # workspace gets the working tree's bytes and commits are normalized as theirs would be.

@@ -15,12 +15,12 @@ from pathlib import Path
 from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected
 from ralph.domain.results import Scope
 from ralph.gitops import open_repo
-from sandboxes.local import LocalSandbox
-from validators.pytest_run import PytestValidator
-from validators.ruff import RuffValidator
-from validators.selection import ImportGraph, project_sources, select_tests
-from validators.syntax import SyntaxValidator
-from validators.toolchain import Toolchain, find_python
+from ralph.sandboxes.local import LocalSandbox
+from ralph.validators.pytest_run import PytestValidator
+from ralph.validators.ruff import RuffValidator
+from ralph.validators.selection import ImportGraph, project_sources, select_tests
+from ralph.validators.syntax import SyntaxValidator
+from ralph.validators.toolchain import Toolchain, find_python
 
 
 def _python_files(root: Path, files: list[str]) -> list[str]:

@@ -33,14 +33,14 @@ from ralph.gitops import (
 )
 from ralph.loop import Budget, Lane, Loop, RunResult
 from ralph.report import undone
+from ralph.router import create_router
+from ralph.sandboxes import hold_owner_lock, remove_owned, require_sandbox, select_sandbox, sweep_stale
+from ralph.sandboxes.workspace import Workspace
 from ralph.trace import TraceWriter, one_line, read_trace
-from router import create_router
-from sandboxes import hold_owner_lock, remove_owned, require_sandbox, select_sandbox, sweep_stale
-from sandboxes.workspace import Workspace
-from validators.background import BackgroundGate
-from validators.mypy import mypy_configured
-from validators.pipeline import Verifier
-from validators.toolchain import Toolchain, find_python
+from ralph.validators.background import BackgroundGate
+from ralph.validators.mypy import mypy_configured
+from ralph.validators.pipeline import Verifier
+from ralph.validators.toolchain import Toolchain, find_python
 
 
 @dataclass

@@ -2,6 +2,6 @@
 
 May import ralph.domain only."""
 
-from router.policies import CascadePolicy, FixedPolicy, StallPolicy, Tier, create_router
+from ralph.router.policies import CascadePolicy, FixedPolicy, StallPolicy, Tier, create_router
 
 __all__ = ["CascadePolicy", "FixedPolicy", "StallPolicy", "Tier", "create_router"]

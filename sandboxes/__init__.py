@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import Sandbox
-from sandboxes.local import LocalSandbox
-from sandboxes.workspace import Workspace
+from ralph.sandboxes.local import LocalSandbox
+from ralph.sandboxes.workspace import Workspace
 
 __all__ = ["LocalSandbox", "Workspace", "require_sandbox", "select_sandbox", "sweep_stale"]
 
@@ -96,7 +96,7 @@ def sweep_stale() -> None:
         for name in stale(n for n in names if _MADE.match(n)):
             with contextlib.suppress(OSError):
                 os.rmdir(tmp / name)  # (only ever an empty directory)
-    from sandboxes.bwrap import sweep_cgroups
+    from ralph.sandboxes.bwrap import sweep_cgroups
 
     sweep_cgroups()
 
@@ -122,7 +122,7 @@ def require_sandbox(enabled: bool) -> None:
     """Fail closed, before any work: without bubblewrap ralph refuses unless isolation is off."""
     if not enabled:
         return
-    from sandboxes.bwrap import available
+    from ralph.sandboxes.bwrap import available
 
     if reason := available():
         raise RalphError(
@@ -139,6 +139,6 @@ def select_sandbox(
     require_sandbox(enabled)
     if not enabled:
         return LocalSandbox()
-    from sandboxes.bwrap import BwrapSandbox
+    from ralph.sandboxes.bwrap import BwrapSandbox
 
     return BwrapSandbox(workspace, writable=writable, workspace_writable=workspace_writable)

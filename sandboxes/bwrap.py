@@ -71,9 +71,9 @@ from typing import IO
 
 from ralph.domain.errors import UnsafePath
 from ralph.domain.results import ProcessResult
-from sandboxes import seccomp
-from sandboxes.local import child_env, feed_stdin, read_capped, wait_exit
-from sandboxes.workspace import chown_tree, open_dir
+from ralph.sandboxes import seccomp
+from ralph.sandboxes.local import child_env, feed_stdin, read_capped, wait_exit
+from ralph.sandboxes.workspace import chown_tree, open_dir
 
 _COUNTER = itertools.count()
 _PRIVATE = re.compile(r"^ralph-\d+-")  # a run's private folder (`tempfile.mkdtemp` in the session)
@@ -819,7 +819,7 @@ def _end_sandbox(proc: subprocess.Popen[bytes], init: int | None) -> None:
 
 def sweep_cgroups() -> None:
     """Remove the cgroups runs killed with SIGKILL left behind (and kill what is still in them)."""
-    from sandboxes import stale
+    from ralph.sandboxes import stale
 
     for parent in {_cgroup_parent("pids"), _cgroup_parent("memory")} - {None}:
         assert parent is not None

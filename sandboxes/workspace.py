@@ -219,7 +219,7 @@ class Workspace:
         """`owner`: who the files belong to (True: the sandbox's user when ralph runs as root, so
         that the tests may write where the user's would; None: left as they are)."""
         if owner is True:
-            from sandboxes.bwrap import sandbox_ids
+            from ralph.sandboxes.bwrap import sandbox_ids
 
             owner = sandbox_ids()
         self.owner: tuple[int, int] | None = owner or None

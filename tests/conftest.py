@@ -86,7 +86,7 @@ def run_ralph(*args: str, cwd: Path | None = None, timeout: float = 120) -> subp
 def pytest_configure(config: pytest.Config) -> None:
     """Where bubblewrap cannot run, the end-to-end tests run unisolated (as `--no-sandbox` would) and
     the isolation tests skip with the reason; CI installs bubblewrap so everything runs there."""
-    from sandboxes.bwrap import available
+    from ralph.sandboxes.bwrap import available
 
     if available() is not None:
         os.environ["RALPH_NO_SANDBOX"] = "1"

@@ -12,11 +12,11 @@ from ralph.config import RunConfig
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.errors import UnsafePath
 from ralph.domain.protocols import DraftContext
+from ralph.sandboxes.bwrap import available
+from ralph.sandboxes.workspace import Workspace
 from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.view import QuietView
-from sandboxes.bwrap import available
-from sandboxes.workspace import Workspace
 from tests.conftest import BUGGY_WINDOWS, git
 
 needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap cannot run here: {available()}")

@@ -10,14 +10,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("ralph", "validators", "router", "sandboxes")
+# ralph's own folders, each with the package it installs as: the three beside ralph/ are mapped under
+# `ralph.` (links in ralph/ in the checkout, files in the wheel), so ralph adds one import name.
+FOLDERS = {
+    "ralph": "ralph",
+    "validators": "ralph.validators",
+    "router": "ralph.router",
+    "sandboxes": "ralph.sandboxes",
+}
+MAPPED = ("validators", "router", "sandboxes")
 
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ralph.domain",),  # plain types and Protocols: the standard library only
-    ("sandboxes",),  # where candidate code runs, and the workspace it runs on
-    ("validators",),  # the checks, the stages and the verifier
-    ("router",),  # routing policies
+    ("ralph.sandboxes",),  # where candidate code runs, and the workspace it runs on
+    ("ralph.validators",),  # the checks, the stages and the verifier
+    ("ralph.router",),  # routing policies
     (  # the parts the loop is wired from: drafters, edits, git, trace, config, views
         "ralph.drafters",
         "ralph.edits",
@@ -49,11 +57,17 @@ def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([FOLDERS[parts[0]], *parts[1:]])
 
 
 def sources() -> dict[str, Path]:
-    return {module_name(f): f for pkg in PACKAGES for f in sorted((ROOT / pkg).rglob("*.py"))}
+    found = {}
+    for folder in FOLDERS:
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            if folder == "ralph" and f.relative_to(ROOT / folder).parts[0] in MAPPED:
+                continue  # (the links to the folders beside it)
+            found[module_name(f)] = f
+    return found
 
 
 MODULES = sources()
@@ -83,7 +97,7 @@ def imports(module: str, path: Path) -> list[tuple[str, int]]:
             for alias in node.names:  # `from ralph import precommit` imports ralph.precommit
                 name = f"{base}.{alias.name}"
                 found.append((name if name in MODULES else base, node.lineno))
-    return [(name, line) for name, line in found if name.split(".")[0] in PACKAGES]
+    return [(name, line) for name, line in found if name.split(".")[0] in FOLDERS]
 
 
 def test_every_module_is_in_a_layer() -> None:
@@ -122,12 +136,14 @@ def test_the_scan_sees_an_upward_import(tmp_path: Path) -> None:
     """The check itself can fail: a sandboxes module importing the loop is caught."""
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from ralph.loop import Loop\n    from . import workspace\n")
-    found = imports("sandboxes.bad", bad)
-    assert ("ralph.loop", 2) in found and ("sandboxes.workspace", 3) in found
-    assert layer_of("ralph.loop") > layer_of("sandboxes.bad")
+    found = imports("ralph.sandboxes.bad", bad)
+    assert ("ralph.loop", 2) in found and ("ralph.sandboxes.workspace", 3) in found
+    assert layer_of("ralph.loop") > layer_of("ralph.sandboxes.bad")
 
 
-@pytest.mark.parametrize("package", ["ralph.domain", "validators", "router", "sandboxes", "ralph.drafters"])
+@pytest.mark.parametrize(
+    "package", ["ralph.domain", "ralph.validators", "ralph.router", "ralph.sandboxes", "ralph.drafters"]
+)
 def test_each_package_says_what_it_holds(package: str) -> None:
     assert ast.get_docstring(ast.parse(MODULES[package].read_text())), f"{package}/__init__.py: no docstring"
 
@@ -142,3 +158,61 @@ def test_no_function_is_over_sixty_lines() -> None:
         and node.end_lineno - node.lineno + 1 > 60
     ]
     assert not long, "\n".join(long)
+
+
+def test_nothing_imports_the_folders_by_their_top_level_names() -> None:
+    """`validators` is a PyPI package of its own: ralph's code and tests import `ralph.validators`,
+    never a top-level name that would clash with it (or load a second copy of a module)."""
+    code = [*MODULES.items(), *((f"tests.{f.stem}", f) for f in sorted((ROOT / "tests").rglob("*.py")))]
+    found = []
+    for module, path in code:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            found += [f"{module}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in MAPPED]
+    assert not found, "\n".join(found)
+
+
+def test_the_links_in_ralph_are_the_folders_beside_it() -> None:
+    for folder in MAPPED:
+        link = ROOT / "ralph" / folder
+        assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve(), link
+
+
+def test_the_wheel_adds_one_import_name_and_runs(tmp_path: Path) -> None:
+    """Built and installed as a user would get it: `ralph` is the one top-level name in the wheel
+    (no `validators` to clash with the PyPI package), the mapped folders are in it as files, and the
+    installed package imports and runs from there."""
+    import subprocess
+    import sys
+    import zipfile
+
+    pytest.importorskip("hatchling")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path, ROOT],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = tmp_path.glob("ralph_loop-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"ralph"}
+    for folder in MAPPED:
+        assert f"ralph/{folder}/__init__.py" in names
+    assert "ralph/validators/_plugin/ralph_pytest_report.py" in names
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    site, root = str(tmp_path / "site"), str(ROOT)  # (the checkout, on the path of an editable install)
+    probe = (
+        "import ralph.validators.pipeline as p, ralph.loop, importlib.util as u;"
+        "from ralph.validators.toolchain import PLUGIN_DIR;"
+        "assert u.find_spec('validators') is None and u.find_spec('sandboxes') is None;"
+        "assert PLUGIN_DIR.joinpath('ralph_worker.py').is_file(); print(p.__file__)"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path[:] = [{site!r}, *(p for p in sys.path if p != {root!r})]; {probe}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0 and ran.stdout.startswith(str(tmp_path / "site")), ran.stderr[-2000:]

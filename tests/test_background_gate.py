@@ -18,9 +18,9 @@ from ralph.config import RunConfig
 from ralph.report import run_stats
 from ralph.session import fix
 from ralph.trace import read_trace
+from ralph.validators.background import BackgroundGate
 from ralph.view import QuietView
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph
-from validators.background import BackgroundGate
 
 FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
 # Fixes the failing test and breaks a passing one the targeted stage does not run.
@@ -163,7 +163,7 @@ def test_a_gate_that_crashes_fails_its_state_with_the_reason_and_the_loop_goes_o
 
 
 def test_a_gate_that_hangs_is_a_failed_gate_for_its_state(make_repo, tmp_path, monkeypatch):
-    from validators.pipeline import Verifier
+    from ralph.validators.pipeline import Verifier
 
     monkeypatch.setattr(Verifier, "gate_timeout_s", property(lambda self: 4.0))
     repo = make_repo(BUGGY_WINDOWS)

@@ -74,13 +74,13 @@ def test_bad_input_leaves_the_repository_untouched(make_repo):
 
 
 def test_without_bubblewrap_ralph_refuses_unless_told_otherwise(make_repo, monkeypatch):
-    import sandboxes.bwrap
+    import ralph.sandboxes.bwrap
     from ralph.config import RunConfig
     from ralph.domain.errors import RalphError
     from ralph.session import fix
     from ralph.view import QuietView
 
-    monkeypatch.setattr(sandboxes.bwrap, "available", lambda: "bwrap is not installed")
+    monkeypatch.setattr(ralph.sandboxes.bwrap, "available", lambda: "bwrap is not installed")
     repo = make_repo(BUGGY_WINDOWS)
     with pytest.raises(RalphError, match=r"refusing to run untrusted code.*--no-sandbox"):
         fix(repo, RunConfig(sandbox=True), view=QuietView())

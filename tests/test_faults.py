@@ -115,7 +115,7 @@ def test_a_router_that_raises_mid_run_ends_the_trace_after_its_iterations(make_r
 
 
 def test_a_bug_in_a_verifier_stage_ends_the_trace(make_repo, tmp_path, monkeypatch):
-    from validators.pipeline import Verifier
+    from ralph.validators.pipeline import Verifier
 
     def broken(self, *args, **kwargs):
         raise KeyError("stage")

@@ -15,9 +15,7 @@ import pytest
 
 from ralph.domain.candidate import FileChange
 from ralph.domain.errors import GitError
-from tests.conftest import BUGGY_WINDOWS
-from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
-from validators.policy import (
+from ralph.validators.policy import (
     allowed_rules,
     code_findings,
     git_ignored,
@@ -28,6 +26,8 @@ from validators.policy import (
     read_by_tests,
     refusal,
 )
+from tests.conftest import BUGGY_WINDOWS
+from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
 
 BUGGY = BUGGY_WINDOWS["windows.py"]
 # Turns every failing test into a pass from the code under test: the report pytest builds is rewritten.
@@ -513,7 +513,7 @@ def test_reading_only_the_changed_statements_finds_what_reading_the_whole_file_d
     import ast
     import random
 
-    from validators import policy
+    from ralph.validators import policy
 
     text = Path(policy.__file__).read_text()
     lines = text.splitlines(keepends=True)

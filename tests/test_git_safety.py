@@ -301,7 +301,7 @@ def test_a_private_index_left_by_a_run_killed_inside_it_is_swept(make_repo):
     assert proc.returncode == -9
     left = Path(proc.stdout.strip())
     assert left.parent == Path(tempfile.gettempdir()) and left.is_dir()
-    from sandboxes import sweep_stale
+    from ralph.sandboxes import sweep_stale
 
     sweep_stale()
     assert not left.exists()
@@ -416,7 +416,7 @@ def test_a_file_with_mixed_line_endings_is_never_rewritten(make_repo, tmp_path):
 def test_the_sweep_removes_only_abandoned_run_directories_of_ours(tmp_path, monkeypatch):
     import tempfile
 
-    from sandboxes import hold_owner_lock, sweep_stale
+    from ralph.sandboxes import hold_owner_lock, sweep_stale
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     abandoned, live, foreign = (

@@ -17,10 +17,10 @@ import base64
 
 import pytest
 
+from ralph.validators.pytest_run import _harness_changed, harness_changes
 from tests.conftest import BUGGY_WINDOWS
 from tests.test_forgery_policy import BUGGY, PASSING_REPORTS, findings
 from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
-from validators.pytest_run import _harness_changed, harness_changes
 
 # A project that lets dynamic code through: the policy cannot read what the code runs.
 PERMISSIVE = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n[tool.ralph]\nallow = ["dynamic-code", "test-framework"]\n'

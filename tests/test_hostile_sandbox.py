@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from ralph.domain.results import Scope
+from ralph.sandboxes import seccomp
+from ralph.sandboxes.bwrap import BwrapSandbox, available, sandbox_ids
+from ralph.sandboxes.local import LocalSandbox
+from ralph.sandboxes.workspace import _chmod_dir
 from ralph.trace import read_trace
-from sandboxes import seccomp
-from sandboxes.bwrap import BwrapSandbox, available, sandbox_ids
-from sandboxes.local import LocalSandbox
-from sandboxes.workspace import _chmod_dir
 from tests.conftest import BUGGY_WINDOWS, run_ralph, write_files
 from tests.test_sound_verdicts import FIXED, WRONG, replay, run_fix
 
@@ -201,9 +201,9 @@ def test_a_directory_swapped_for_a_link_is_never_chmodded_through(tmp_path):
 
 
 def test_a_planted_nested_ruff_config_is_never_read_by_the_host(tmp_path):
-    from sandboxes.local import LocalSandbox
-    from validators.ruff import RuffValidator
-    from validators.toolchain import Toolchain
+    from ralph.sandboxes.local import LocalSandbox
+    from ralph.validators.ruff import RuffValidator
+    from ralph.validators.toolchain import Toolchain
 
     (tmp_path / "pyproject.toml").write_text('[tool.ruff.lint]\nselect = ["F"]\n')
     (tmp_path / "sub").mkdir()
@@ -243,9 +243,9 @@ def test_the_kernel_settings_probe_through_the_command_line(make_repo, tmp_path)
 
 
 def _warm_project(tmp_path) -> tuple[object, object]:
-    from validators.pytest_run import PytestValidator
-    from validators.toolchain import Toolchain
-    from validators.warm import WarmRunner
+    from ralph.validators.pytest_run import PytestValidator
+    from ralph.validators.toolchain import Toolchain
+    from ralph.validators.warm import WarmRunner
 
     project = tmp_path / "project"
     write_files(
@@ -326,7 +326,7 @@ def test_no_child_is_readied_on_what_a_requests_tests_wrote(tmp_path):
 
 
 def test_a_lone_process_left_under_the_worker_is_seen(tmp_path):
-    from validators.warm import _chain, _left_in_sandbox
+    from ralph.validators.warm import _chain, _left_in_sandbox
 
     parent = subprocess.Popen(
         [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ralph.domain.candidate import PROTECTED_TESTS
 from ralph.domain.results import TestResult
-from validators.localize import suspicious_lines
+from ralph.validators.localize import suspicious_lines
 
 
 def test_traceback_frames_in_source_come_first_innermost_first():

@@ -12,11 +12,11 @@ import pytest
 
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.score import Observation
-from sandboxes.local import LocalSandbox
-from sandboxes.workspace import Workspace
+from ralph.sandboxes.local import LocalSandbox
+from ralph.sandboxes.workspace import Workspace
+from ralph.validators.pipeline import Verifier
+from ralph.validators.toolchain import Toolchain
 from tests.conftest import write_files
-from validators.pipeline import Verifier
-from validators.toolchain import Toolchain
 
 TYPED = {
     "pyproject.toml": "[tool.mypy]\nstrict_optional = true\n",
@@ -130,7 +130,7 @@ def test_the_syntax_stage_leaves_bytecode_that_imports_use_and_edits_invalidate(
     import subprocess
 
     from ralph.domain.results import Scope
-    from validators.syntax import SyntaxValidator
+    from ralph.validators.syntax import SyntaxValidator
 
     write_files(tmp_path, {"mod.py": "VALUE = 1\n"})
     toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
@@ -151,7 +151,7 @@ def test_the_syntax_stage_leaves_bytecode_that_imports_use_and_edits_invalidate(
 
 def test_what_a_mypy_plugin_prints_never_shifts_the_daemons_verdicts(tmp_path):
     from ralph.domain.results import Scope
-    from validators.mypy import MypyValidator
+    from ralph.validators.mypy import MypyValidator
 
     plugin = (
         "from mypy.plugin import Plugin\n\n\nclass Loud(Plugin):\n"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from ralph.config import RunConfig
 from ralph.domain.candidate import FileChange
+from ralph.sandboxes.local import LocalSandbox
 from ralph.session import fix
 from ralph.trace import read_trace
+from ralph.validators.plausibility import PlausibilityValidator, changed_functions
+from ralph.validators.toolchain import Toolchain, ruff_bin
 from ralph.view import QuietView
-from sandboxes.local import LocalSandbox
 from tests.conftest import git
-from validators.plausibility import PlausibilityValidator, changed_functions
-from validators.toolchain import Toolchain, ruff_bin
 
 CLAMP = {
     "calc.py": "def clamp(value, low, high):\n    return max(low, min(value, low))\n",

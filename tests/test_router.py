@@ -6,7 +6,7 @@ import pytest
 
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import IterationSummary
-from router import CascadePolicy, StallPolicy, Tier, create_router
+from ralph.router import CascadePolicy, StallPolicy, Tier, create_router
 
 
 def it(drafter: str, *, accepted: bool = False, exhausted: bool = False) -> IterationSummary:

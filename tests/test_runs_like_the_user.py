@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from ralph.domain.results import Scope
-from sandboxes.bwrap import BwrapSandbox
-from sandboxes.workspace import Workspace
+from ralph.sandboxes.bwrap import BwrapSandbox
+from ralph.sandboxes.workspace import Workspace
+from ralph.validators.pytest_run import PytestValidator, gate_tests
+from ralph.validators.toolchain import Toolchain
+from ralph.validators.warm import candidates_runner
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph, write_files
 from tests.test_hostile_sandbox import _with_probe
 from tests.test_sound_verdicts import FIXED, needs_bwrap, replay, run_fix, verdicts
-from validators.pytest_run import PytestValidator, gate_tests
-from validators.toolchain import Toolchain
-from validators.warm import candidates_runner
 
 pytestmark = needs_bwrap
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-import sandboxes.bwrap as bwrap_module
+import ralph.sandboxes.bwrap as bwrap_module
 from ralph.domain.results import ProcessResult
-from sandboxes.bwrap import BwrapSandbox, available
+from ralph.sandboxes.bwrap import BwrapSandbox, available
 
 UNAVAILABLE = available()
 needs_bwrap = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"bwrap sandbox unavailable: {UNAVAILABLE}")

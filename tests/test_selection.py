@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected
-from validators.coverage import remap_coverage
-from validators.selection import COLLECTION, ImportGraph, change_words, imports_of, select_tests
+from ralph.validators.coverage import remap_coverage
+from ralph.validators.selection import COLLECTION, ImportGraph, change_words, imports_of, select_tests
 
 
 def test_lines_below_a_removed_import_move_up():

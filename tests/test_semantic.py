@@ -14,17 +14,17 @@ from pydantic import ValidationError
 from ralph.config import RunConfig, check_config
 from ralph.domain.candidate import FileChange
 from ralph.domain.errors import RalphError
+from ralph.sandboxes.local import LocalSandbox
 from ralph.session import fix
 from ralph.trace import read_trace
+from ralph.validators.api import ApiValidator, api_surface, public_module
+from ralph.validators.command import glob_pattern
+from ralph.validators.format import formats_with_ruff, within_edit
+from ralph.validators.pipeline import Verifier
+from ralph.validators.policy import check_scripts
+from ralph.validators.toolchain import Toolchain
 from ralph.view import QuietView
-from sandboxes.local import LocalSandbox
 from tests.conftest import git, run_ralph
-from validators.api import ApiValidator, api_surface, public_module
-from validators.command import glob_pattern
-from validators.format import formats_with_ruff, within_edit
-from validators.pipeline import Verifier
-from validators.policy import check_scripts
-from validators.toolchain import Toolchain
 
 PACKAGE = '[project]\nname = "calc"\nversion = "0.1"\n'
 CLAMP = "def clamp(value, low, high=10):\n    return max(low, min(value, low))\n"

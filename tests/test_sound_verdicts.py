@@ -17,14 +17,14 @@ import pytest
 
 from ralph.config import RunConfig
 from ralph.domain.results import Scope, TestResult
+from ralph.sandboxes.bwrap import available
+from ralph.sandboxes.local import LocalSandbox, read_regular
 from ralph.session import fix
 from ralph.trace import read_trace
+from ralph.validators.localize import suspicious_lines
+from ralph.validators.toolchain import Toolchain
 from ralph.view import QuietView
-from sandboxes.bwrap import available
-from sandboxes.local import LocalSandbox, read_regular
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph, write_files
-from validators.localize import suspicious_lines
-from validators.toolchain import Toolchain
 
 needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap cannot run here: {available()}")
 FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
@@ -109,7 +109,7 @@ def _fake_ruff(tmp_path: Path, works: Path) -> str:
     env = tmp_path / "env" / "bin"
     env.mkdir(parents=True)
     os.symlink(sys.executable, env / "python")
-    from validators.toolchain import ruff_bin
+    from ralph.validators.toolchain import ruff_bin
 
     script = env / "ruff"
     script.write_text(
@@ -121,8 +121,8 @@ def _fake_ruff(tmp_path: Path, works: Path) -> str:
 
 def test_a_ruff_that_stops_giving_a_verdict_fails_the_candidate(tmp_path):
     from ralph.domain.candidate import Candidate, FileChange
-    from sandboxes.workspace import Workspace
-    from validators.pipeline import Verifier
+    from ralph.sandboxes.workspace import Workspace
+    from ralph.validators.pipeline import Verifier
 
     works = tmp_path / "ruff-works"
     works.touch()
@@ -160,7 +160,7 @@ def test_a_ruff_config_broken_at_the_baseline_turns_ruff_off_with_a_notice(make_
 
 
 def test_a_type_checker_that_times_out_gives_no_verdict(tmp_path):
-    from validators.mypy import MypyValidator
+    from ralph.validators.mypy import MypyValidator
 
     write_files(tmp_path, {"pyproject.toml": "[tool.mypy]\n", "m.py": "x: int = 1\n"})
     mypy = MypyValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
@@ -185,7 +185,7 @@ def test_a_missing_mypy_plugin_at_the_baseline_turns_mypy_off_with_a_notice(make
 
 
 def _pytest_stage(project: Path, timeout_s: float = 60):
-    from validators.pytest_run import PytestValidator
+    from ralph.validators.pytest_run import PytestValidator
 
     return PytestValidator(Toolchain(sys.executable, LocalSandbox(), project)).check(
         Scope(timeout_s=timeout_s)
@@ -458,7 +458,7 @@ def test_a_candidates_disk_writes_past_the_cap_are_killed(make_repo, tmp_path, m
 
 @needs_bwrap
 def test_a_sandboxes_processes_share_one_memory_cap(tmp_path):
-    from sandboxes.bwrap import BwrapSandbox, _cgroup_parent
+    from ralph.sandboxes.bwrap import BwrapSandbox, _cgroup_parent
 
     if _cgroup_parent("memory") is None:
         pytest.skip("no writable memory cgroup here: memory is capped per process only")
@@ -474,7 +474,7 @@ def test_a_sandboxes_processes_share_one_memory_cap(tmp_path):
 
 
 def test_a_sitecustomize_in_the_project_never_runs_in_the_type_checker(tmp_path):
-    from validators.mypy import MypyValidator
+    from ralph.validators.mypy import MypyValidator
 
     marker = tmp_path / "ran"
     project = tmp_path / "p"
@@ -603,9 +603,9 @@ def test_a_ruff_version_pinned_by_pre_commit_that_is_not_the_one_used_is_said(ma
 def test_a_sandboxed_worker_started_from_a_short_lived_thread_survives_it(tmp_path):
     import threading
 
-    from sandboxes.bwrap import BwrapSandbox
-    from validators.pytest_run import PytestValidator
-    from validators.warm import WarmRunner
+    from ralph.sandboxes.bwrap import BwrapSandbox
+    from ralph.validators.pytest_run import PytestValidator
+    from ralph.validators.warm import WarmRunner
 
     write_files(tmp_path / "p", {"tests/test_a.py": "def test_one():\n    pass\n"})
     project = tmp_path / "p"
@@ -695,7 +695,7 @@ def test_an_early_stop_forged_by_the_code_under_test_gives_no_verdict(tmp_path):
     """The plugin's flags live in the tested process: code that says "stopped at the first
     regression" and stops the run after a passing test, with no regression to show, must not leave
     the tests it kept from running at their earlier outcomes (a gate that vouches for them)."""
-    from validators.pytest_run import PytestValidator
+    from ralph.validators.pytest_run import PytestValidator
 
     write_files(
         tmp_path,

@@ -11,10 +11,10 @@ from pathlib import Path
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.results import StageResult, TestResult
 from ralph.domain.score import Observation, Score, score
-from validators.coverage import CoverageCache
-from validators.failed_first import RecentFailures
-from validators.selection import Selection
-from validators.stages import Attempt, StartedStage, Step, can_see, run_sequence, run_step
+from ralph.validators.coverage import CoverageCache
+from ralph.validators.failed_first import RecentFailures
+from ralph.validators.selection import Selection
+from ralph.validators.stages import Attempt, StartedStage, Step, can_see, run_sequence, run_step
 
 
 class Scorer:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from ralph.domain.results import Scope
-from sandboxes.local import LocalSandbox
+from ralph.sandboxes.local import LocalSandbox
+from ralph.validators.pytest_run import PytestValidator, gate_tests
+from ralph.validators.toolchain import Toolchain
+from ralph.validators.warm import WarmRunner, third_party_imports
 from tests.conftest import write_files
-from validators.pytest_run import PytestValidator, gate_tests
-from validators.toolchain import Toolchain
-from validators.warm import WarmRunner, third_party_imports
 
 
 @pytest.fixture
@@ -111,10 +111,10 @@ def test_killing_ralph_kills_the_worker_and_a_test_it_runs(project, tmp_path):
             sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
             from pathlib import Path
             from ralph.domain.results import Scope
-            from sandboxes.local import LocalSandbox
-            from validators.pytest_run import PytestValidator
-            from validators.toolchain import Toolchain
-            from validators.warm import WarmRunner
+            from ralph.sandboxes.local import LocalSandbox
+            from ralph.validators.pytest_run import PytestValidator
+            from ralph.validators.toolchain import Toolchain
+            from ralph.validators.warm import WarmRunner
             toolchain = Toolchain(sys.executable, LocalSandbox(), Path({str(project)!r}))
             PytestValidator(toolchain, warm=WarmRunner(toolchain)).check(
                 Scope(tests=("tests/test_lib.py::test_hangs",), timeout_s=600)
@@ -221,7 +221,7 @@ def test_a_conftests_package_taints_a_readied_child_unless_no_candidate_may_edit
     project's own, editable code, whose conftest pytest loads while configuring (as it loads every
     `test*/conftest.py`): a child it configured is not used."""
     from ralph.domain.candidate import PROTECTED_TESTS
-    from validators.warm import candidates_runner
+    from ralph.validators.warm import candidates_runner
 
     write_files(project, {f"{package}/__init__.py": "", f"{package}/conftest.py": "import pytest\n"})
     toolchain = Toolchain(sys.executable, LocalSandbox(), project)
@@ -454,7 +454,7 @@ def test_cancel_kills_the_run_in_flight_and_starts_nothing_more(validator):
     ],
 )
 def test_a_child_is_readied_ahead_unless_nested_files_hold_pytest_settings(tmp_path, name, text, safe):
-    from validators.warm import spare_safe
+    from ralph.validators.warm import spare_safe
 
     write_files(tmp_path, {"pyproject.toml": "[tool.pytest.ini_options]\n", f"tests/data/{name}": text})
     assert spare_safe(tmp_path) is safe
@@ -463,7 +463,7 @@ def test_a_child_is_readied_ahead_unless_nested_files_hold_pytest_settings(tmp_p
 def test_with_no_settings_at_the_root_a_nested_pyproject_above_tests_counts(tmp_path):
     """pytest 8.1 on takes the first `pyproject.toml` above the tests when no file holds settings:
     a settings-less one matters then, where Python files lie below it."""
-    from validators.warm import spare_safe
+    from ralph.validators.warm import spare_safe
 
     write_files(tmp_path, {"pyproject.toml": "[project]\nname = 'x'\n", "tests/data/pyproject.toml": ""})
     assert spare_safe(tmp_path)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ralph.validators import toolchain as toolchain_module
+from ralph.validators.policy import collected_files, doctest_edits, named_by_tests, project_tests
+from ralph.validators.toolchain import PLUGIN_DIR, Toolchain
 from tests.test_forgery_policy import BUGGY
 from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
-from validators import toolchain as toolchain_module
-from validators.policy import collected_files, doctest_edits, named_by_tests, project_tests
-from validators.toolchain import PLUGIN_DIR, Toolchain
 
 SUMS_TEST = "from windows import sliding_sums\n\n\ndef test_every_window():\n    assert sliding_sums([1, 2, 3], 2) == {}\n"
 

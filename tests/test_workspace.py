@@ -11,7 +11,7 @@ import pytest
 
 from ralph.domain.candidate import FileChange
 from ralph.domain.errors import UnsafePath
-from sandboxes.workspace import Workspace
+from ralph.sandboxes.workspace import Workspace
 
 
 def test_same_size_edits_are_not_hidden_by_stale_bytecode(tmp_path):

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING
 from ralph.domain.results import StageResult
 from ralph.domain.score import Observation
 from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
-from sandboxes.workspace import Workspace, empty_dir
-from validators.command import CommandValidator
-from validators.pytest_run import gate_tests
-from validators.stages import FORMAT_FIX, RUFF_FIX, Attempt, run_sequence
-from validators.toolchain import Toolchain
+from ralph.sandboxes.workspace import Workspace, empty_dir
+from ralph.validators.command import CommandValidator
+from ralph.validators.pytest_run import gate_tests
+from ralph.validators.stages import FORMAT_FIX, RUFF_FIX, Attempt, run_sequence
+from ralph.validators.toolchain import Toolchain
 
 if TYPE_CHECKING:
-    from validators.pipeline import Verifier
+    from ralph.validators.pipeline import Verifier
 
 
 class BackgroundGate:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ralph.domain.results import CheckResult, Scope, StageResult
-from validators.toolchain import Toolchain
+from ralph.validators.toolchain import Toolchain
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from ralph.domain.candidate import FileChange, shared_ends
-from validators.policy import PYTEST_CONFIG_FILES
-from validators.selection import CoverageMap
+from ralph.validators.policy import PYTEST_CONFIG_FILES
+from ralph.validators.selection import CoverageMap
 
 
 class CoverageCache:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from ralph.domain.candidate import FileChange, shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
-from sandboxes.local import Started
-from validators.ruff import config_args, ruff_config
-from validators.toolchain import Toolchain
+from ralph.sandboxes.local import Started
+from ralph.validators.ruff import config_args, ruff_config
+from ralph.validators.toolchain import Toolchain
 
 _MAX_TEXT = 512 << 10  # its formatted text comes back whole (the output cap is 1 MiB)
 MESSAGE = "not formatted as the project formats it (ruff format)"

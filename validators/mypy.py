@@ -19,8 +19,8 @@ import tomllib
 from pathlib import Path
 
 from ralph.domain.results import Diagnostic, Scope, StageResult
-from sandboxes.local import child_env, kill_group, read_line
-from validators.toolchain import PLUGIN_DIR, Toolchain
+from ralph.sandboxes.local import child_env, kill_group, read_line
+from ralph.validators.toolchain import PLUGIN_DIR, Toolchain
 
 CHECKER = PLUGIN_DIR / "ralph_types.py"
 

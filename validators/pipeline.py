@@ -24,22 +24,22 @@ from ralph.domain.protocols import Evidence
 from ralph.domain.results import Scope, StageResult
 from ralph.domain.score import Observation, Score, is_under, score
 from ralph.domain.verdict import VerifyReport
-from sandboxes.workspace import (
+from ralph.sandboxes.workspace import (
     empty_dir,
     encode_like,
     read_text_beneath,
     stat_and_read_beneath,
     write_beneath,
 )
-from validators.api import ApiValidator
-from validators.command import CommandValidator
-from validators.coverage import CoverageCache, remap_coverage
-from validators.failed_first import RecentFailures
-from validators.format import FormatValidator, formats_with_ruff
-from validators.localize import scored_lines
-from validators.mypy import MypyValidator, plugin_files
-from validators.plausibility import PlausibilityValidator
-from validators.policy import (
+from ralph.validators.api import ApiValidator
+from ralph.validators.command import CommandValidator
+from ralph.validators.coverage import CoverageCache, remap_coverage
+from ralph.validators.failed_first import RecentFailures
+from ralph.validators.format import FormatValidator, formats_with_ruff
+from ralph.validators.localize import scored_lines
+from ralph.validators.mypy import MypyValidator, plugin_files
+from ralph.validators.plausibility import PlausibilityValidator
+from ralph.validators.policy import (
     allowed_rules,
     broad_python_files,
     check_scripts,
@@ -53,9 +53,9 @@ from validators.policy import (
     read_by_tests,
     refusal,
 )
-from validators.pytest_run import PytestValidator, gate_tests
-from validators.ruff import RuffValidator
-from validators.selection import (
+from ralph.validators.pytest_run import PytestValidator, gate_tests
+from ralph.validators.ruff import RuffValidator
+from ralph.validators.selection import (
     CoverageIndex,
     CoverageMap,
     ImportGraph,
@@ -63,7 +63,7 @@ from validators.selection import (
     project_sources,
     select_tests,
 )
-from validators.stages import (
+from ralph.validators.stages import (
     FORMAT_FIX,
     RUFF_FIX,
     AllChecksStage,
@@ -84,9 +84,9 @@ from validators.stages import (
     run_sequence,
     run_step,
 )
-from validators.syntax import SyntaxValidator
-from validators.toolchain import Toolchain
-from validators.warm import candidates_runner
+from ralph.validators.syntax import SyntaxValidator
+from ralph.validators.toolchain import Toolchain
+from ralph.validators.warm import candidates_runner
 
 # The coverage map's entry for the files the baseline's run read (our plugin's record, kept with the
 # coverage it was measured with): not a test.

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 
 from ralph.domain.candidate import FileChange, shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
-from sandboxes.local import Started
-from validators.toolchain import Toolchain
+from ralph.sandboxes.local import Started
+from ralph.validators.toolchain import Toolchain
 
 RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
 # A finding already in the accepted text, on a line the edit left as it was, is the project's own when

@@ -14,10 +14,10 @@ from ralph.domain.candidate import PROTECTED_TESTS, is_protected
 from ralph.domain.errors import RalphError
 from ralph.domain.results import ProcessResult, Scope, StageResult, TestResult
 from ralph.domain.score import is_under
-from sandboxes.local import ScratchDir
-from validators.selection import CoverageMap
-from validators.toolchain import Toolchain, project_relative
-from validators.warm import WarmRunner
+from ralph.sandboxes.local import ScratchDir
+from ralph.validators.selection import CoverageMap
+from ralph.validators.toolchain import Toolchain, project_relative
+from ralph.validators.warm import WarmRunner
 
 # pytest exit codes: 0 all passed, 1 some failed, 5 none collected; anything else means it could not run.
 _RAN = (0, 1)

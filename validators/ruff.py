@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ralph.domain.results import Diagnostic, ProcessResult, Scope, StageResult
-from validators.toolchain import Toolchain, project_relative, ruff_bin
+from ralph.validators.toolchain import Toolchain, project_relative, ruff_bin
 
 # ruff's default rule selection before 0.16 widened it (pyflakes and the error-level pycodestyle rules).
 DEFAULT_RULES = ("E4", "E7", "E9", "F")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ralph.domain.candidate import FileChange
-from sandboxes.workspace import read_beneath
+from ralph.sandboxes.workspace import read_beneath
 
 CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
 COLLECTION = "<collection>"

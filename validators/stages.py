@@ -18,18 +18,18 @@ from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.results import Scope, StageResult, TestResult
 from ralph.domain.score import Observation, is_under, regressions
 from ralph.domain.verdict import VerifyReport
-from validators.api import ApiValidator
-from validators.command import CommandValidator
-from validators.format import FormatValidator
-from validators.mypy import MypyValidator
-from validators.plausibility import PlausibilityValidator
-from validators.pytest_run import PytestValidator
-from validators.ruff import RuffValidator
-from validators.selection import CoverageMap, Selection
-from validators.syntax import SyntaxValidator
+from ralph.validators.api import ApiValidator
+from ralph.validators.command import CommandValidator
+from ralph.validators.format import FormatValidator
+from ralph.validators.mypy import MypyValidator
+from ralph.validators.plausibility import PlausibilityValidator
+from ralph.validators.pytest_run import PytestValidator
+from ralph.validators.ruff import RuffValidator
+from ralph.validators.selection import CoverageMap, Selection
+from ralph.validators.syntax import SyntaxValidator
 
 if TYPE_CHECKING:
-    from validators.pipeline import Verifier
+    from ralph.validators.pipeline import Verifier
 
 Reset = Callable[[Sequence[FileChange]], object]
 # The notes a repair leaves among an attempt's stages (the edit was amended there): ruff's safe fixes,

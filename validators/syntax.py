@@ -12,8 +12,8 @@ from pathlib import Path, PurePosixPath
 from types import CodeType
 
 from ralph.domain.results import Scope, StageResult
-from sandboxes.workspace import stat_and_read_beneath, write_beneath
-from validators.toolchain import Toolchain
+from ralph.sandboxes.workspace import stat_and_read_beneath, write_beneath
+from ralph.validators.toolchain import Toolchain
 
 
 class SyntaxValidator:

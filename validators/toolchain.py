@@ -18,9 +18,9 @@ from pathlib import Path
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import Sandbox
 from ralph.domain.results import ProcessResult
-from sandboxes.local import LocalSandbox, Started, kill_group, popen_owned, read_line
+from ralph.sandboxes.local import LocalSandbox, Started, kill_group, popen_owned, read_line
 
-PLUGIN_DIR = Path(__file__).parent / "_plugin"
+PLUGIN_DIR = Path(__file__).resolve().parent / "_plugin"  # (past the link ralph/validators)
 
 
 @functools.cache

@@ -24,10 +24,10 @@ from typing import IO, Any
 
 from ralph.domain.candidate import is_protected
 from ralph.domain.results import ProcessResult
-from sandboxes.local import ScratchDir, child_env, kill_group, read_capped, read_line
-from validators.policy import PYTEST_CONFIG_FILES, tool_tables
-from validators.selection import project_sources
-from validators.toolchain import PLUGIN_DIR, Toolchain
+from ralph.sandboxes.local import ScratchDir, child_env, kill_group, read_capped, read_line
+from ralph.validators.policy import PYTEST_CONFIG_FILES, tool_tables
+from ralph.validators.selection import project_sources
+from ralph.validators.toolchain import PLUGIN_DIR, Toolchain
 
 WORKER = PLUGIN_DIR / "ralph_worker.py"
 # How much a candidate's processes may take of the workspace's filesystem ($RALPH_DISK_CAP overrides).

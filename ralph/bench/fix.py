@@ -39,7 +39,7 @@ class Task:
 def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int = 0) -> list[Task]:
     """`count` tasks, each `project` with one single-token mutant that its suite catches."""
     from ralph.bench.verify import _copy, _failing, _write_later, candidate_mutants
-    from validators.toolchain import find_python
+    from ralph.validators.toolchain import find_python
 
     if not project.is_dir():
         raise RalphError(f"{project}: no such directory")

@@ -25,12 +25,12 @@ from ralph.domain.errors import RalphError
 from ralph.domain.results import Scope
 from ralph.domain.score import Observation
 from ralph.drafters.mutation_ops import generate_mutants
-from sandboxes import select_sandbox
-from sandboxes.local import kill_group
-from sandboxes.workspace import Workspace
-from validators.mypy import mypy_configured
-from validators.pipeline import Verifier
-from validators.toolchain import Toolchain, find_python, ruff_bin
+from ralph.sandboxes import select_sandbox
+from ralph.sandboxes.local import kill_group
+from ralph.sandboxes.workspace import Workspace
+from ralph.validators.mypy import mypy_configured
+from ralph.validators.pipeline import Verifier
+from ralph.validators.toolchain import Toolchain, find_python, ruff_bin
 
 _SKIP_DIRS = {
     ".git",

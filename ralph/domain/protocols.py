@@ -115,7 +115,7 @@ class Evidence:
 
 
 class Verification(Protocol):
-    """Observes states and judges candidates (validators.pipeline.Verifier)."""
+    """Observes states and judges candidates (ralph.validators.pipeline.Verifier)."""
 
     def baseline(self, timeout_s: float = ...) -> tuple[Observation, list[StageResult]]: ...
 
@@ -149,7 +149,7 @@ class Verification(Protocol):
 
 class Gate(Protocol):
     """Runs the full gate of provisionally accepted states beside the loop, one at a time, in the
-    order submitted, each on its own copy of the state (validators.background.BackgroundGate)."""
+    order submitted, each on its own copy of the state (ralph.validators.background.BackgroundGate)."""
 
     @property
     def status(self) -> str:
@@ -169,7 +169,7 @@ class Gate(Protocol):
 
 
 class Workspace(Protocol):
-    """The copy of the project candidates are applied to (sandboxes.workspace.Workspace)."""
+    """The copy of the project candidates are applied to (ralph.sandboxes.workspace.Workspace)."""
 
     @property
     def project(self) -> Path: ...

@@ -34,7 +34,7 @@ from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
 from ralph.drafters.queue import CandidateQueue
 from ralph.edits import EditError, apply_search_replace, parse_search_replace, read_for_edit
-from sandboxes.workspace import read_text_beneath
+from ralph.sandboxes.workspace import read_text_beneath
 
 if TYPE_CHECKING:
     import torch

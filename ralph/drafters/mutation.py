@@ -25,8 +25,8 @@ from ralph.drafters.mutation_ops import COSTS, Mutant, combine, generate_mutants
 from ralph.drafters.priors import priors as template_priors
 from ralph.drafters.priors import shipped
 from ralph.drafters.queue import CandidateQueue
-from sandboxes.workspace import read_text_beneath
-from validators.toolchain import ruff_bin
+from ralph.sandboxes.workspace import read_text_beneath
+from ralph.validators.toolchain import ruff_bin
 
 # Two-edit candidates: the simplest few mutants of the most suspicious lines, paired, at most so many.
 PAIR_LINES = 4
