@@ -190,7 +190,18 @@ def test_the_wheel_adds_one_import_name_and_runs(tmp_path: Path) -> None:
 
     pytest.importorskip("hatchling")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path, ROOT],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            tmp_path,
+            ROOT,
+        ],
         capture_output=True,
         text=True,
     )
@@ -210,7 +221,12 @@ def test_the_wheel_adds_one_import_name_and_runs(tmp_path: Path) -> None:
         "assert PLUGIN_DIR.joinpath('ralph_worker.py').is_file(); print(p.__file__)"
     )
     ran = subprocess.run(
-        [sys.executable, "-I", "-c", f"import sys; sys.path[:] = [{site!r}, *(p for p in sys.path if p != {root!r})]; {probe}"],
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            f"import sys; sys.path[:] = [{site!r}, *(p for p in sys.path if p != {root!r})]; {probe}",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
