@@ -38,6 +38,7 @@ from ralph.sandboxes import hold_owner_lock, remove_owned, require_sandbox, sele
 from ralph.sandboxes.workspace import Workspace
 from ralph.trace import TraceWriter, one_line, read_trace
 from ralph.validators.background import BackgroundGate
+from ralph.validators.facts import VerifySettings
 from ralph.validators.mypy import mypy_configured
 from ralph.validators.pipeline import Verifier
 from ralph.validators.toolchain import Toolchain, find_python
@@ -381,7 +382,7 @@ def _background_gate(
 ) -> BackgroundGate | None:
     """The gate beside the loop (when on): its own clone of the accepted state and its own sandbox,
     which shows the clone at the user's repository path (its tests and checks run as the user's)."""
-    if not verifier.background:
+    if not verifier.settings.background:
         return None
     clone = workspace.clone(tmp / "gate")
     scratch = tmp / "gate-scratch"
@@ -390,9 +391,7 @@ def _background_gate(
     own = own.as_the_user()
     if own.make_mount_points():  # (the copied state has those the loop's gate made, before its capture)
         clone.capture()
-    gate = BackgroundGate(
-        verifier, clone, own, config.checks, start=state, test_timeout_s=config.test_timeout_s
-    )
+    gate = BackgroundGate(verifier, clone, own, start=state)
     stack.callback(gate.close)  # before its sandbox and files go
     return gate
 
@@ -427,9 +426,8 @@ def _lanes(
 
 
 def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: list[str] | None) -> Verifier:
-    return Verifier(
-        toolchain,
-        checks=config.checks,
+    settings = VerifySettings(
+        checks=tuple(config.checks),
         check_paths=config.check_paths,
         targets=frozenset(config.tests) or None,
         types=mypy_configured(toolchain.project) if config.types is None else config.types,
@@ -443,6 +441,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         run_budget_s=config.max_seconds,
         allow=tuple(config.allow) or None,  # (none given: the project's own [tool.ralph] allow)
     )
+    return Verifier(toolchain, settings)
 
 
 def _start_record(
@@ -478,13 +477,14 @@ def _baseline(
 ) -> Observation:
     """Verify the starting state in full and write the run_start record (`_ends_in_trace` writes it,
     with why, when the baseline fails)."""
-    verifier.tests.progress = lambda text: view.progress(f"verifying the starting state · {text}")
+    tests = verifier.tools.tests
+    tests.progress = lambda text: view.progress(f"verifying the starting state · {text}")
     try:
         state, stages = verifier.baseline()
     finally:
-        verifier.tests.progress = None
+        tests.progress = None
     if resume is not None:  # scores stay relative to the run's original starting state
-        verifier.baseline_obs = resume.baseline
+        verifier.rebase(resume.baseline)
     for line in verifier.notices:
         view.notice(line)
     score = verifier.score(state)
@@ -497,7 +497,7 @@ def _baseline(
         "run_start",
         **start,
         baseline=baseline,
-        disabled_stages=verifier.disabled,
+        disabled_stages=verifier.facts.disabled,
         notices=verifier.notices,
         semantic=verifier.semantic,
     )

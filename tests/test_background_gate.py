@@ -163,9 +163,9 @@ def test_a_gate_that_crashes_fails_its_state_with_the_reason_and_the_loop_goes_o
 
 
 def test_a_gate_that_hangs_is_a_failed_gate_for_its_state(make_repo, tmp_path, monkeypatch):
-    from ralph.validators.pipeline import Verifier
+    from ralph.validators.facts import Budgets
 
-    monkeypatch.setattr(Verifier, "gate_timeout_s", property(lambda self: 4.0))
+    monkeypatch.setattr(Budgets, "gate_timeout_s", property(lambda self: 4.0))
     repo = make_repo(BUGGY_WINDOWS)
     # Hangs only where the gate runs it (at the user's repository path): the targeted stages pass.
     hangs_in_the_gate = (

@@ -14,6 +14,7 @@ from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.score import Observation
 from ralph.sandboxes.local import LocalSandbox
 from ralph.sandboxes.workspace import Workspace
+from ralph.validators.facts import VerifySettings
 from ralph.validators.pipeline import Verifier
 from ralph.validators.toolchain import Toolchain
 from tests.conftest import write_files
@@ -36,7 +37,7 @@ def verifier(tmp_path: Path):
         write_files(tmp_path / "ws", files)
         ws = Workspace(tmp_path / "ws")
         toolchain = Toolchain(sys.executable, LocalSandbox(), ws.project)
-        v = Verifier(toolchain, checks=[], targets=None, types=types)
+        v = Verifier(toolchain, VerifySettings(types=types))
         made.append(v)
         state, _ = v.baseline()
         return v, ws, state
@@ -65,8 +66,8 @@ def test_a_type_error_in_another_module_is_caught_by_the_daemon(verifier):
 def test_the_type_checker_is_stopped_when_the_verifier_closes(verifier):
     v, ws, state = verifier(TYPED, types=True)
     v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state)
-    assert v.mypy is not None and v.mypy._proc is not None
-    pid = v.mypy._proc.pid
+    assert v.tools.mypy is not None and v.tools.mypy._proc is not None
+    pid = v.tools.mypy._proc.pid
     assert alive(pid)
     v.close()
     deadline = time.monotonic() + 5
@@ -109,19 +110,19 @@ def test_a_new_lint_diagnostic_is_a_regression(verifier):
 
 def test_after_the_first_check_types_come_from_the_same_resident_checker(verifier):
     v, ws, state = verifier(TYPED, types=True)
-    assert v.mypy is not None and v.mypy._proc is not None
-    first = v.mypy._proc.pid
+    assert v.tools.mypy is not None and v.tools.mypy._proc is not None
+    first = v.tools.mypy._proc.pid
     assert not v.detect(candidate(ws, "shapes.py", "w * h", "h * w"), state).failed_stage
     report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
     assert report.failed_stage == "mypy" and "report.py" in report.reason
-    assert v.mypy._proc is not None and v.mypy._proc.pid == first
+    assert v.tools.mypy._proc is not None and v.tools.mypy._proc.pid == first
 
 
 def test_a_type_checker_that_died_is_started_again(verifier):
     v, ws, state = verifier(TYPED, types=True)
-    assert v.mypy is not None and v.mypy._proc is not None
-    v.mypy._proc.kill()
-    v.mypy._proc.wait()
+    assert v.tools.mypy is not None and v.tools.mypy._proc is not None
+    v.tools.mypy._proc.kill()
+    v.tools.mypy._proc.wait()
     report = v.detect(candidate(ws, "shapes.py", "-> int:", "-> int | None:"), state)
     assert report.failed_stage == "mypy" and "report.py" in report.reason
 
@@ -361,7 +362,9 @@ def test_a_large_selection_fails_in_its_first_round_or_runs_the_rest_in_a_second
     v, ws, state = verifier(ROUNDS)
     # Broken on the line only test_neg ran: its four tests, the first round, show it alone.
     cand = candidate(ws, "calc.py", "return -x", "return x")
-    assert v.first_round(v.selection(cand)) == tuple(f"tests/test_neg.py::test_neg_{i}" for i in range(4))
+    assert v.impact.first_round(v.impact.select(cand), v.facts.durations) == tuple(
+        f"tests/test_neg.py::test_neg_{i}" for i in range(4)
+    )
     broken = v.detect(cand, state)
     tests = next(s for s in broken.stages if s.stage == "tests")
     assert broken.failed_stage == "tests"

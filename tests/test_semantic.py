@@ -19,6 +19,7 @@ from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.validators.api import ApiValidator, api_surface, public_module
 from ralph.validators.command import glob_pattern
+from ralph.validators.facts import VerifySettings
 from ralph.validators.format import formats_with_ruff, within_edit
 from ralph.validators.pipeline import Verifier
 from ralph.validators.policy import check_scripts
@@ -385,7 +386,7 @@ def test_what_is_no_break_for_a_caller(tmp_path):
 def test_the_format_stage_can_be_turned_off_to_time_it(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.ruff.format]\n")
     toolchain = Toolchain("python3", LocalSandbox(), tmp_path)
-    on = Verifier(toolchain, checks=[], targets=None, types=False, warm=False)
-    off = Verifier(toolchain, checks=[], targets=None, types=False, warm=False, formatting=False)
-    assert on.format.enabled and not off.format.enabled
-    assert on.sibling(toolchain).format.enabled and not off.sibling(toolchain).format.enabled
+    on = Verifier(toolchain, VerifySettings(warm=False))
+    off = Verifier(toolchain, VerifySettings(warm=False, formatting=False))
+    assert on.tools.format.enabled and not off.tools.format.enabled
+    assert on.sibling(toolchain).tools.format.enabled and not off.sibling(toolchain).tools.format.enabled

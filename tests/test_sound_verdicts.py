@@ -122,6 +122,7 @@ def _fake_ruff(tmp_path: Path, works: Path) -> str:
 def test_a_ruff_that_stops_giving_a_verdict_fails_the_candidate(tmp_path):
     from ralph.domain.candidate import Candidate, FileChange
     from ralph.sandboxes.workspace import Workspace
+    from ralph.validators.facts import VerifySettings
     from ralph.validators.pipeline import Verifier
 
     works = tmp_path / "ruff-works"
@@ -129,10 +130,10 @@ def test_a_ruff_that_stops_giving_a_verdict_fails_the_candidate(tmp_path):
     write_files(tmp_path / "ws", BUGGY_WINDOWS)
     ws = Workspace(tmp_path / "ws")
     toolchain = Toolchain(_fake_ruff(tmp_path, works), LocalSandbox(), ws.project)
-    verifier = Verifier(toolchain, checks=[], targets=None, types=False)
+    verifier = Verifier(toolchain, VerifySettings())
     try:
         state, _ = verifier.baseline()
-        assert verifier.ruff.binary.startswith(str(tmp_path)) and not verifier.disabled
+        assert verifier.tools.ruff.binary.startswith(str(tmp_path)) and not verifier.facts.disabled
         works.unlink()
         change = FileChange("windows.py", BUGGY_WINDOWS["windows.py"], "import os\n" + FIXED)
         ws.apply([change])

@@ -25,8 +25,6 @@ from ralph.domain.results import StageResult
 from ralph.domain.score import Observation
 from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
 from ralph.sandboxes.workspace import Workspace, empty_dir
-from ralph.validators.command import CommandValidator
-from ralph.validators.pytest_run import gate_tests
 from ralph.validators.stages import FORMAT_FIX, RUFF_FIX, Attempt, run_sequence
 from ralph.validators.toolchain import Toolchain
 
@@ -42,20 +40,16 @@ class BackgroundGate:
         verifier: Verifier,
         workspace: Workspace,
         toolchain: Toolchain,
-        checks: list[str],
         *,
         start: Observation,
-        test_timeout_s: float = 60.0,
     ) -> None:
-        self.verifier = verifier  # read only here: the baseline, the targets, the time limits
         self.workspace = workspace
         self.toolchain = toolchain
-        tests = gate_tests(toolchain, verifier.warm is not None, test_timeout_s)
-        tests.trusted, tests.known = verifier.trusted, verifier.harness_known
-        self.warm = tests.warm
+        # The loop verifier's facts, targets and time limits, with a test runner and checks of its own.
+        self.context, self.steps, tools = verifier.beside(toolchain)
+        self.warm = tools.gate.warm
         self.status = ""  # what the gate is doing now, for the loop's live line
-        tests.progress = self._show
-        self.steps = verifier.gate_steps(tests, CommandValidator(toolchain, checks, verifier.checks.paths))
+        tools.gate.progress = self._show
         self._tip, self._tip_obs = 0, start  # the last state whose gate passed (0: the start)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-gate")
         self._futures: list[tuple[int, Future[GateOutcome]]] = []
@@ -132,7 +126,7 @@ class BackgroundGate:
             return VerifyReport(False, f"gate: no verdict: {self._broken}", failed_stage="gate")
         self.workspace.restore(job.changes)  # the gated state plus the edit, exactly
         candidate = replace(job.candidate, changes=job.changes)
-        attempt = Attempt(self.verifier, candidate, self._tip_obs, reset=self.workspace.restore)
+        attempt = Attempt(self.context, candidate, self._tip_obs, reset=self.workspace.restore)
         broken = attempt.merge(_observed(job.stages))
         if broken is None:
             broken, attempt = run_sequence(self.steps, attempt)

@@ -3,8 +3,9 @@ that owns their order, concurrency, fail-closed handling and timing.
 
 A stage observes (it returns a StageResult); the runner decides: a stage that gives no verdict fails
 the candidate, a regression fails it at the stage that showed it, and a step that must improve
-fails it when the remaining error did not go down. Adding a stage is a class here and a line in
-the sequence (validators/pipeline.py).
+fails it when the remaining error did not go down. A stage gets the attempt, whose `context` holds
+the parts it may use (never the verifier). Adding a stage is a class (here, or in the module of its
+validator) and an entry in the registry (validators/plan.py).
 """
 
 from __future__ import annotations
@@ -12,24 +13,24 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.results import Scope, StageResult, TestResult
-from ralph.domain.score import Observation, is_under, regressions
+from ralph.domain.score import Observation, Score, is_under, regressions, score
 from ralph.domain.verdict import VerifyReport
 from ralph.validators.api import ApiValidator
 from ralph.validators.command import CommandValidator
+from ralph.validators.facts import BaselineFacts, Budgets, VerifySettings
 from ralph.validators.format import FormatValidator
+from ralph.validators.impact import TestImpact
 from ralph.validators.mypy import MypyValidator
 from ralph.validators.plausibility import PlausibilityValidator
 from ralph.validators.pytest_run import PytestValidator
 from ralph.validators.ruff import RuffValidator
 from ralph.validators.selection import CoverageMap, Selection
 from ralph.validators.syntax import SyntaxValidator
-
-if TYPE_CHECKING:
-    from ralph.validators.pipeline import Verifier
+from ralph.validators.tools import Tools
 
 Reset = Callable[[Sequence[FileChange]], object]
 # The notes a repair leaves among an attempt's stages (the edit was amended there): ruff's safe fixes,
@@ -37,11 +38,30 @@ Reset = Callable[[Sequence[FileChange]], object]
 RUFF_FIX, FORMAT_FIX = "ruff-fix", "format-fix"
 
 
+@dataclass(frozen=True)
+class Context:
+    """What a stage may use: its copy's validators, the baseline's facts, the time budgets, the
+    test-impact index and the settings."""
+
+    tools: Tools
+    facts: BaselineFacts
+    budgets: Budgets
+    impact: TestImpact
+    settings: VerifySettings
+
+    def score(self, obs: Observation) -> Score:
+        only = frozenset(self.settings.only or ())
+        return score(self.facts.observation, obs, self.settings.targets, only)
+
+    def selection(self, candidate: Candidate) -> Selection:
+        return self.impact.select(candidate)
+
+
 @dataclass
 class Attempt:
     """One candidate's way through the sequence: the stages run so far and what they add up to."""
 
-    verifier: Verifier
+    context: Context
     candidate: Candidate
     current: Observation  # the accepted state it is judged against
     reset: Reset | None = None  # puts the workspace back to the accepted state plus given changes
@@ -53,7 +73,7 @@ class Attempt:
 
     def __post_init__(self) -> None:
         self.merged = self.current
-        self.before = self.verifier.score(self.current).remaining
+        self.before = self.context.score(self.current).remaining
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -63,15 +83,15 @@ class Attempt:
     def selection(self) -> Selection:
         """The tests that can see the change (computed once per attempt)."""
         if self._selection is None:
-            self._selection = self.verifier.selection(self.candidate)
+            self._selection = self.context.selection(self.candidate)
         return self._selection
 
     @property
     def remaining(self) -> int:
-        return self.verifier.score(self.merged).remaining
+        return self.context.score(self.merged).remaining
 
     def report(self, accepted: bool, reason: str, failed_stage: str | None = None) -> VerifyReport:
-        score = self.verifier.score(self.merged)
+        score = self.context.score(self.merged)
         return VerifyReport(accepted, reason, self.stages, self.merged, score, failed_stage=failed_stage)
 
     def merge(self, results: Sequence[StageResult]) -> VerifyReport | None:
@@ -301,12 +321,11 @@ class TypesStage:
     ran: the candidate's tests ran beside it and could rewrite what it read). A candidate that
     improves nothing never pays for a type check (~250 ms a candidate on tomlkit)."""
 
-    verifier: Verifier
     settled: bool = False
     name: str = "mypy"
 
     def wanted(self, attempt: Attempt) -> bool:
-        if self.verifier.mypy is None:
+        if attempt.context.tools.mypy is None:
             return False
         if not self.settled:
             return any(tool == self.name for tool, _ in attempt.current.diagnostics)
@@ -314,9 +333,9 @@ class TypesStage:
         return not checked or attempt.reset is not None
 
     def run(self, attempt: Attempt) -> StageResult:
-        checker: MypyValidator | None = self.verifier.mypy
+        checker: MypyValidator | None = attempt.context.tools.mypy
         assert checker is not None  # wanted() said so
-        return checker.check(Scope(paths=attempt.paths, timeout_s=self.verifier.types_timeout_s))
+        return checker.check(Scope(paths=attempt.paths, timeout_s=attempt.context.budgets.types_timeout_s))
 
 
 @dataclass
@@ -328,7 +347,6 @@ class FailingTestsStage:
     function bodies keep every failing test (see `can_see`)."""
 
     validator: PytestValidator
-    verifier: Verifier
     name: str = "tests"
 
     def wanted(self, attempt: Attempt) -> bool:
@@ -338,9 +356,8 @@ class FailingTestsStage:
         failing = attempt.current.failing_tests()
         # A failure whose traceback passes through a changed file can see the change too.
         through = {t for t in failing if any(f[0] in attempt.paths for f in attempt.current.tests[t].frames)}
-        affected = can_see(
-            failing, attempt.selection, self.verifier.coverage, self.verifier.accepted_paths, through
-        )
+        impact = attempt.context.impact
+        affected = can_see(failing, attempt.selection, impact.coverage, impact.accepted_paths, through)
         unaffected = len(failing) - len(affected)
         if not affected:
             detail = f"none of the {len(failing)} failing tests can see the change"
@@ -348,14 +365,14 @@ class FailingTestsStage:
                 self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail, unaffected=unaffected
             )
         hung = all("per-test limit" in attempt.current.tests[t].message for t in affected)
-        verifier = self.verifier
+        budgets = attempt.context.budgets
         # A test the candidate makes run ten times longer than the suite's slowest (at least 2 s) is
         # cut there: a loop the edit made endless (boltons: `curr = curr[NEXT]` moved out of its
         # loop) cost ~30 s a candidate at the project's limit.
-        limit = verifier.hang_limit_s
-        timeout = verifier.hang_timeout_s if hung else verifier.quick_timeout_s
+        limit = budgets.hang_limit_s
+        timeout = budgets.hang_timeout_s if hung else budgets.quick_timeout_s
         scope = Scope(tests=tuple(affected), timeout_s=timeout, test_timeout_s=limit)
-        result = self.validator.check(scope, stop_on_pass=not self._all_of(affected))
+        result = self.validator.check(scope, stop_on_pass=not _all_of(affected, attempt.context))
         result.unaffected = unaffected
         if unaffected:
             result.detail += f" ({unaffected} failing tests that cannot see the change not run)"
@@ -365,13 +382,14 @@ class FailingTestsStage:
             result.detail += " (stopped at the first that passes)"
         return result
 
-    def _all_of(self, tests: Sequence[str]) -> bool:
-        """Whether to run every one of these tests rather than stop at the first that passes: when the
-        gate runs beside the loop and they are cheap (a quarter of the suite's time at most), so the
-        state an accept makes is known at once and the loop need not wait for its gate."""
-        verifier = self.verifier
-        cost = sum(verifier.durations.get(t, verifier.suite_s) for t in tests)
-        return verifier.background and cost <= 0.25 * verifier.suite_s
+
+def _all_of(tests: Sequence[str], context: Context) -> bool:
+    """Whether to run every one of these tests rather than stop at the first that passes: when the
+    gate runs beside the loop and they are cheap (a quarter of the suite's time at most), so the
+    state an accept makes is known at once and the loop need not wait for its gate."""
+    facts = context.facts
+    cost = sum(facts.durations.get(t, facts.suite_s) for t in tests)
+    return context.settings.background and cost <= 0.25 * facts.suite_s
 
 
 def can_see(
@@ -402,14 +420,14 @@ class FailingChecksStage:
     """The custom checks failing in the accepted state."""
 
     validator: CommandValidator
-    verifier: Verifier
     name: str = "checks"
 
     def wanted(self, attempt: Attempt) -> bool:
         return bool(self._failing(attempt))
 
     def run(self, attempt: Attempt) -> StageResult:
-        return self.validator.check(Scope(timeout_s=self.verifier.quick_timeout_s), self._failing(attempt))
+        timeout = attempt.context.budgets.quick_timeout_s
+        return self.validator.check(Scope(timeout_s=timeout), self._failing(attempt))
 
     def _failing(self, attempt: Attempt) -> list[str]:
         """The failing checks that look at what the edit touched (the others cannot change)."""
@@ -421,14 +439,56 @@ class FailingChecksStage:
 class SelectedTestsStage:
     """The tests that can see the change (coverage and imports), failing fast, recent failures first."""
 
-    verifier: Verifier
+    validator: PytestValidator
     name: str = "tests"
 
     def wanted(self, attempt: Attempt) -> bool:
         return True
 
     def run(self, attempt: Attempt) -> StageResult:
-        return self.verifier.run_selected(attempt.selection)
+        """A large selection runs in two rounds: the tests likeliest to fail first (`first_round`),
+        alone, and only when they all pass, the rest: a broken candidate usually fails in the first,
+        whose run collects a module or two instead of every module the selection reaches."""
+        selection, context = attempt.selection, attempt.context
+        if not selection.tests and not selection.everything:
+            return StageResult(
+                "tests", ok=True, duration_ms=0.0, skipped=True, detail="no test can see the change"
+            )
+        tests = None if selection.everything else tuple(selection.tests)
+        first = context.impact.first_round(selection, context.facts.durations)
+        if first:
+            result = self._fail_fast(first, selection, context)
+            if result.error is None and not any(t.failing for t in result.tests):
+                ran = set(first)
+                rest = tuple(t for t in selection.tests if t not in ran)
+                result = _after(result, self._fail_fast(rest, selection, context))
+        else:
+            result = self._fail_fast(tests, selection, context)
+        count = len(selection.tests) if tests else "all"
+        result.detail += f" ({count} selected: " + "; ".join(selection.reasons[:5]) + ")"
+        return result
+
+    def _fail_fast(
+        self, tests: tuple[str, ...] | None, selection: Selection, context: Context
+    ) -> StageResult:
+        recent = context.impact.recent_failures
+        result = self.validator.check(
+            Scope(tests=tests, timeout_s=context.budgets.quick_timeout_s),
+            exitfirst=True,
+            failed_first=recent.first(context.facts.durations),
+            words=selection.words,
+            near=selection.near,
+        )
+        recent.saw(result.tests)
+        return result
+
+
+def _after(first: StageResult, rest: StageResult) -> StageResult:
+    """A second round's result, with the first round's passing tests and time before it."""
+    rest.tests = [*first.tests, *rest.tests]
+    rest.duration_ms += first.duration_ms
+    rest.detail += f" (after a first round of {len(first.tests)} passing)"
+    return rest
 
 
 @dataclass
@@ -441,7 +501,6 @@ class GateStage:
     is not fixed)."""
 
     validator: PytestValidator
-    verifier: Verifier
     name: str = "gate"
 
     def wanted(self, attempt: Attempt) -> bool:
@@ -451,7 +510,7 @@ class GateStage:
         # In pytest's own order, as the baseline ran: reordering exposes tests that depend on their
         # order (seen on six: a lazy-module test failed once run earlier), a false regression.
         suite = self.validator.check(
-            Scope(timeout_s=self.verifier.gate_timeout_s), guard=attempt.current.passing_tests()
+            Scope(timeout_s=attempt.context.budgets.gate_timeout_s), guard=attempt.current.passing_tests()
         )
         if suite.error is None and not suite.stopped_early:
             reported = {t.nodeid for t in suite.tests}
@@ -470,7 +529,6 @@ class AllChecksStage:
     """Every custom check that looks at what the edit touched, on the state the gate saw."""
 
     validator: CommandValidator
-    verifier: Verifier
     name: str = "checks"
 
     def wanted(self, attempt: Attempt) -> bool:
@@ -479,4 +537,4 @@ class AllChecksStage:
     def run(self, attempt: Attempt) -> StageResult:
         # A check whose declared files the edit did not touch keeps its verdict on the accepted state.
         commands = self.validator.for_edit(attempt.paths)
-        return self.validator.check(Scope(timeout_s=self.verifier.gate_timeout_s), commands)
+        return self.validator.check(Scope(timeout_s=attempt.context.budgets.gate_timeout_s), commands)

@@ -28,6 +28,7 @@ from ralph.drafters.mutation_ops import generate_mutants
 from ralph.sandboxes import select_sandbox
 from ralph.sandboxes.local import kill_group
 from ralph.sandboxes.workspace import Workspace
+from ralph.validators.facts import VerifySettings
 from ralph.validators.mypy import mypy_configured
 from ralph.validators.pipeline import Verifier
 from ralph.validators.toolchain import Toolchain, find_python, ruff_bin
@@ -318,7 +319,7 @@ def _measure_accept(
     workspace.apply([mutant])
     workspace.capture()
     try:
-        suite = verifier.gate.check(Scope(timeout_s=verifier.gate_timeout_s))
+        suite = verifier.tools.gate.check(Scope(timeout_s=verifier.budgets.gate_timeout_s))
         broken = state.overlay(suite)
         workspace.apply([original])
         report = verifier.verify(
@@ -340,15 +341,13 @@ def _measure_accept(
 
 def _verifier(toolchain: Toolchain, types: bool, semantic: bool) -> Verifier:
     """The loop's verifier, with the plausibility, API and format stages on or (to time them) off."""
-    return Verifier(
-        toolchain,
-        checks=[],
-        targets=None,
+    settings = VerifySettings(
         types=types,
         plausibility="reject" if semantic else "off",
         api_changes=not semantic,
         formatting=semantic,
     )
+    return Verifier(toolchain, settings)
 
 
 def _rejection_pass(

@@ -1,0 +1,97 @@
+"""The test-impact index of one copy of the accepted state: which tests can see a change (the
+baseline's per-test coverage, moved along with every accepted edit, and the sources' import graph),
+and which tests failed lately (run first)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ralph.domain.candidate import Candidate, FileChange, undoing
+from ralph.validators.coverage import remap_coverage
+from ralph.validators.failed_first import RecentFailures
+from ralph.validators.selection import (
+    CoverageIndex,
+    CoverageMap,
+    ImportGraph,
+    Selection,
+    project_sources,
+    select_tests,
+)
+from ralph.validators.toolchain import Toolchain
+
+# Tests in the first round of a large fail-fast selection (see `TestImpact.first_round`).
+FIRST_ROUND = 16
+
+
+class TestImpact:
+    """Coverage and imports of the accepted state; `adopt`/`reverted` keep them in step with it."""
+
+    __test__ = False  # (not a test class, whatever pytest's name rules say)
+
+    def __init__(
+        self, toolchain: Toolchain, is_test_file: Callable[[str], bool], coverage: CoverageMap | None = None
+    ) -> None:
+        self.toolchain = toolchain
+        self.is_test_file = is_test_file
+        self.coverage: CoverageMap = coverage or {}
+        self.accepted_paths: set[str] = set()  # files accepted edits changed since the coverage was measured
+        self.recent_failures = RecentFailures()
+        self._graph: ImportGraph | None = None
+        self._index: CoverageIndex | None = None
+
+    def copy(self, toolchain: Toolchain, is_test_file: Callable[[str], bool]) -> TestImpact:
+        """The same index for another copy of the accepted state (a lane)."""
+        other = TestImpact(toolchain, is_test_file, self.coverage)
+        other.accepted_paths = set(self.accepted_paths)
+        return other
+
+    def measured(self, coverage: CoverageMap) -> None:
+        """The baseline's coverage; the sources read now, not inside the first candidate's verification."""
+        self.coverage = coverage
+        self.graph()
+        self.index()
+
+    def select(self, candidate: Candidate) -> Selection:
+        selection = select_tests(candidate.changes, self.index(), self.graph(), self.is_test_file)
+        if selection.everything:
+            selection.tests = []
+        return selection
+
+    def first_round(self, selection: Selection, durations: dict[str, float]) -> tuple[str, ...]:
+        """For a selection of more than 2 x FIRST_ROUND tests: the recent failures it holds and the
+        tests that ran a changed line, narrowest first, FIRST_ROUND at most; else none (one round)."""
+        if selection.everything or len(selection.tests) <= 2 * FIRST_ROUND or not selection.near:
+            return ()
+        chosen = set(selection.tests)
+        recent = [t for t in self.recent_failures.first(durations) if t in chosen]
+        return tuple(dict.fromkeys([*recent, *selection.near]))[:FIRST_ROUND]
+
+    def adopt(self, changes: Sequence[FileChange]) -> None:
+        """Accepted `changes` are part of the state now: the coverage's lines move with them, and the
+        sources are read again once the state is put back (`restored`)."""
+        self.coverage = remap_coverage(self.coverage, tuple(changes))
+        self.accepted_paths.update(c.path for c in changes)
+        self._graph = None
+
+    def reverted(self, changes: Sequence[FileChange]) -> None:
+        """Accepted `changes` were taken out again: the coverage's lines map back, and the sources are
+        read again. The files stay in `accepted_paths` (coverage measured before them vouches for
+        nothing there)."""
+        self.coverage = remap_coverage(self.coverage, undoing(changes))
+        self._graph = None
+        self.graph()
+
+    def restored(self) -> None:
+        """The workspace was put back: after an accepted edit, the sources are read now, from the
+        state put back, not inside the next candidate's verification."""
+        self.graph()
+
+    def graph(self) -> ImportGraph:
+        if self._graph is None:
+            self._graph = ImportGraph(project_sources(self.toolchain.project))
+        return self._graph
+
+    def index(self) -> CoverageIndex:
+        if self._index is None or self._index.source is not self.coverage:
+            self._index = CoverageIndex(self.coverage)
+        return self._index
