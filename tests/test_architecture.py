@@ -37,6 +37,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "ralph.config",
         "ralph.view",
     ),
+    # the loop's own parts, on the domain only: memory, drafting, lanes, provisional states, records
+    ("ralph.memory", "ralph.records", "ralph.drafting", "ralph.lanes", "ralph.provisional"),
     ("ralph.loop",),
     (  # what a command runs: one fix, the hook, the CI bot, reports, benchmarks, the doctor
         "ralph.session",
@@ -126,10 +128,18 @@ def test_the_domain_is_a_leaf() -> None:
     assert not reach, "\n".join(reach)
 
 
+LOOP_PARTS = ("ralph.memory", "ralph.records", "ralph.drafting", "ralph.lanes", "ralph.provisional")
+
+
 def test_the_loop_sees_only_the_domain() -> None:
-    """The loop imports no concrete class: its collaborators are the domain's Protocols."""
-    targets = {t for t, _ in imports("ralph.loop", MODULES["ralph.loop"])}
-    assert targets and all(t.startswith("ralph.domain") for t in targets), targets
+    """The loop imports no concrete class: its collaborators are the domain's Protocols, and its own
+    parts, which see only the domain and each other."""
+    for module in ("ralph.loop", *LOOP_PARTS):
+        targets = {t for t, _ in imports(module, MODULES[module])}
+        assert targets and all(t.startswith("ralph.domain") or t in LOOP_PARTS for t in targets), (
+            module,
+            targets,
+        )
 
 
 def test_the_scan_sees_an_upward_import(tmp_path: Path) -> None:
