@@ -94,8 +94,8 @@ class RuffValidator:
             detail = "no Python files" if self.enabled else "off: it could not run at the baseline"
             return lambda: StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail)
         argv = self._argv("check", "--output-format=json", "--exit-zero")
-        # A few files gain nothing from ruff's thread pool (measured: 7 ms instead of 9.5 ms a call),
-        # and the candidate's tests may be running beside it.
+        # A few files gain nothing from ruff's thread pool (docs/measurements.md), and the
+        # candidate's tests may be running beside it.
         env = {"RAYON_NUM_THREADS": "1"} if paths is not None else None
         # `--`: a file named like an option (`--config=...py`) is a file, never a setting.
         running = self.toolchain.start_tool([*argv, "--", *(paths or ["."])], env=env)

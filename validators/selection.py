@@ -29,8 +29,8 @@ _SPAWN_TOKENS = (
 
 class CoverageIndex:
     """A coverage map turned around: for each file, the tests that ran each line. Built once per
-    map (a few ms), it answers a candidate's question in microseconds; scanning the whole map per
-    candidate cost ~50 ms on an 800-test suite."""
+    map, it answers a candidate's question in microseconds, where scanning the whole map per
+    candidate took milliseconds (docs/measurements.md)."""
 
     def __init__(self, coverage: Mapping[str, Mapping[str, Iterable[int]]]) -> None:
         self.source = coverage
@@ -180,7 +180,7 @@ class _Definition:
 @functools.lru_cache(maxsize=64)
 def _definitions(source: str) -> tuple[_Definition, ...]:
     """Every function and class, innermost (shortest) first. Cached: every candidate of one state
-    parses the same sources (one parse of a 3000-line module with its walk is ~30 ms)."""
+    parses the same sources, and a large module's parse is not cheap (docs/measurements.md)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

@@ -319,7 +319,7 @@ class TypesStage:
     has type errors (whether the candidate improves depends on it then); `settled`: after the tests,
     on the workspace put back, for a candidate they showed improves (again, when the first check
     ran: the candidate's tests ran beside it and could rewrite what it read). A candidate that
-    improves nothing never pays for a type check (~250 ms a candidate on tomlkit)."""
+    improves nothing never pays for a type check (docs/measurements.md)."""
 
     settled: bool = False
     name: str = "mypy"
@@ -367,8 +367,7 @@ class FailingTestsStage:
         hung = all("per-test limit" in attempt.current.tests[t].message for t in affected)
         budgets = attempt.context.budgets
         # A test the candidate makes run ten times longer than the suite's slowest (at least 2 s) is
-        # cut there: a loop the edit made endless (boltons: `curr = curr[NEXT]` moved out of its
-        # loop) cost ~30 s a candidate at the project's limit.
+        # cut there: a loop the edit made endless costs seconds, not the project's limit.
         limit = budgets.hang_limit_s
         timeout = budgets.hang_timeout_s if hung else budgets.quick_timeout_s
         scope = Scope(tests=tuple(affected), timeout_s=timeout, test_timeout_s=limit)
@@ -508,7 +507,7 @@ class GateStage:
 
     def run(self, attempt: Attempt) -> StageResult:
         # In pytest's own order, as the baseline ran: reordering exposes tests that depend on their
-        # order (seen on six: a lazy-module test failed once run earlier), a false regression.
+        # order (docs/measurements.md), a false regression.
         suite = self.validator.check(
             Scope(timeout_s=attempt.context.budgets.gate_timeout_s), guard=attempt.current.passing_tests()
         )

@@ -426,7 +426,7 @@ def pytest_runtest_logstart(nodeid, location) -> None:
 
 def _message(report) -> str:
     """The failure as a drafter reads it: the project's frames (pytest's own `--tb` formatting, which
-    re-parses each file, is switched off: it cost ~35 ms a failing run) and the exception with
+    re-parses each file, is switched off: docs/measurements.md) and the exception with
     pytest's assertion details."""
     text = report.longreprtext or ""
     frames = getattr(report, "_ralph_frames", [])
@@ -568,8 +568,8 @@ def _named_tests(session) -> tuple[frozenset[str], frozenset[str], frozenset[str
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
     """A run that names its tests by id builds items for those alone: pytest would build (and
-    parametrize) every function of each named module only to deselect them (~400 functions, ~25 ms
-    of a one-test run on tabulate's test_output.py). All of a named class is built, and a file also
+    parametrize) every function of each named module only to deselect them (docs/measurements.md).
+    All of a named class is built, and a file also
     named whole (or under a directory named) is collected whole; a test this drops by mistake
     reports nothing, which the host counts as an error."""
     files, prefixes, exact = _named_tests(collector.session)

@@ -37,7 +37,7 @@ import pytest
 
 def _pytest_plugins(own: set) -> tuple[list[str], list[str]]:
     """pytest's builtin plugins, and the installed ones it would autoload: importing them is most of
-    what a run spends before collecting (one third-party plugin measured here cost 72 ms). Not a
+    what a run spends before collecting (docs/measurements.md). Not a
     plugin of the project's own (an editable install's: importing it now would run the workspace's
     code as it is when the worker starts, a candidate's perhaps, with effects no child can undo),
     none when autoloading is off, and none where $RALPH_PRELOAD_PLUGINS is 0 (the gate's worker:
@@ -259,7 +259,7 @@ class _Spare:
     its session started, held where collection begins until the request comes.
 
     Configuring pytest, registering its plugins and starting a session is most of a small run
-    (measured on toolz: a one-test child took ~68 ms with `pytest.main`, ~30 ms from a spare); a
+    (less than half of a one-test child's time: docs/measurements.md); a
     spare does it while ralph drafts and applies the next candidate. Only used where that cannot
     differ from a fresh `pytest.main` in what it imports: the host allows it for projects without
     nested pytest settings, and a spare in which anything imported a project file other than a
@@ -499,7 +499,7 @@ def main() -> None:
     _forget_project_modules(own, os.getcwd())
     # What the worker imported lives as long as it does: keep it out of every child's collections.
     # pytest collects garbage at the end of each session (twice), which over an unfrozen heap of
-    # preloaded modules cost ~40 ms a run here.
+    # preloaded modules is slow (docs/measurements.md).
     gc.collect()
     gc.freeze()
     out = os.fdopen(_CHANNEL[1], "w", closefd=False) if _CHANNEL[1] > 2 else sys.stdout
