@@ -80,6 +80,10 @@ _NoSandbox = Annotated[
         "--no-sandbox", metavar="", help="Run candidate code without bubblewrap (rlimits, timeouts only)."
     ),
 ]
+_Isolation = Annotated[
+    str | None,
+    typer.Option(help="The sandbox: bwrap (default), local (as --no-sandbox) or module:Class."),
+]
 _Jobs = Annotated[
     int | None, typer.Option(help="Candidates verified at once (default: a core each, one kept free).")
 ]
@@ -151,6 +155,7 @@ def fix(
         str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
     ] = None,
     no_sandbox: _NoSandbox = False,
+    isolation: _Isolation = None,
     background_gate: _BackgroundGate = None,
     jobs: _Jobs = None,
     allow_api_changes: Annotated[
@@ -185,6 +190,7 @@ def _fix_overrides(options: dict[str, Any]) -> dict[str, Any]:
         "allow_test_edits": options["allow_test_edits"],
         "include_untracked": options["include_untracked"],
         "sandbox": False if options["no_sandbox"] else None,
+        "isolation": options["isolation"],
         "background_gate": options["background_gate"],
         "jobs": options["jobs"],
         "api_changes": options["allow_api_changes"],

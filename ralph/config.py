@@ -88,7 +88,11 @@ class RunConfig(BaseModel):
     test_timeout_s: float = Field(default=60.0, gt=0)
     """One test's time limit: past it the test fails ("per-test limit") and the run goes on."""
     sandbox: bool = True
-    """Run candidate code in bubblewrap; False (--no-sandbox, RALPH_NO_SANDBOX=1) runs it unisolated."""
+    """Run candidate code in a sandbox (`isolation`); False (--no-sandbox, RALPH_NO_SANDBOX=1) runs
+    it unisolated, as `isolation = "local"` does."""
+    isolation: str = "bwrap"
+    """The sandbox candidate code runs in: bwrap (bubblewrap), local (rlimits, a new session and
+    timeouts only), or a plugin's `module:Class` implementing ralph.domain's `Sandbox`."""
     background_gate: bool | None = None
     """Gate accepted states (the whole suite, every check) beside the loop; None: where 2+ cores are."""
 
@@ -135,6 +139,11 @@ class RunConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown rule {unknown[0]!r}: the rules are {', '.join(POLICY_RULES)}")
         return value
+
+    @property
+    def chosen_sandbox(self) -> str:
+        """The sandbox's name: `local` when isolation is turned off, else `isolation`."""
+        return self.isolation if self.sandbox else "local"
 
     @property
     def gates_in_background(self) -> bool:

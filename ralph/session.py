@@ -212,7 +212,7 @@ def fix(
     `staged` starts from the index instead of the working tree; `only` limits edits to these files;
     `resume` continues a killed or interrupted run where its trace says it stopped."""
     began = time.monotonic()
-    require_sandbox(config.sandbox)
+    require_sandbox(config.chosen_sandbox)
     snap, run_id, branch_name = _starting_point(path, config, branch, staged, resume)
     drafters, router = _drafters(config, view)
     exclude_ralph_dir(snap.toplevel)
@@ -296,7 +296,7 @@ def _drafters(config: RunConfig, view: View) -> tuple[dict[str, Drafter], Router
     router = create_router(
         config.router, fast=drafter.name, deep=deep.name if deep else None, n=config.candidates, k=config.k
     )
-    unpriced = [d.name for d in drafters.values() if getattr(d, "priced", True) is False]
+    unpriced = [d.name for d in drafters.values() if not d.priced]
     if config.max_cost is not None and unpriced:
         view.notice(
             f"--max-cost cannot be enforced for {', '.join(unpriced)}: litellm knows no price for it "
@@ -333,12 +333,11 @@ def _sandboxes(
     """The sandbox a copy's tests run in (with `scratch`, made here, writable), and the type checker's
     (it reads the candidate's files and executes none: it writes nothing); both closed at the end."""
     scratch.mkdir()
-    boxes = [select_sandbox(root, [scratch], config.sandbox)]
+    boxes = [select_sandbox(config.chosen_sandbox, root, [scratch])]
     if checker:
-        boxes.append(select_sandbox(root, [], config.sandbox, workspace_writable=False))
+        boxes.append(select_sandbox(config.chosen_sandbox, root, [], workspace_writable=False))
     for box in boxes:
-        if callable(close := getattr(box, "close", None)):
-            stack.callback(close)
+        stack.callback(box.close)
     return boxes[0], boxes[1] if checker else None
 
 
@@ -353,8 +352,8 @@ def _toolchain(
     """The sandboxes candidates run in (closed at the end) and the project's interpreter."""
     scratch = tmp / "scratch"
     sandbox, checker = _sandboxes(stack, workspace.root, scratch, config)
-    if not config.sandbox:
-        view.notice("--no-sandbox: candidate code runs without isolation (rlimits and timeouts only)")
+    if config.chosen_sandbox == "local":
+        view.notice("no sandbox (local): candidate code runs without isolation (rlimits and timeouts only)")
     toolchain = Toolchain(
         python=find_python(
             snap.toplevel / snap.subdir, snap.toplevel, config.python

@@ -12,15 +12,16 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ralph.domain.errors import RalphError
+from ralph.domain.plugins import instantiate, load, missing_members, protocol_methods
 from ralph.domain.protocols import Sandbox
 from ralph.sandboxes.local import LocalSandbox
 from ralph.sandboxes.workspace import Workspace
 
-__all__ = ["LocalSandbox", "Workspace", "require_sandbox", "select_sandbox", "sweep_stale"]
+__all__ = ["SANDBOXES", "LocalSandbox", "Workspace", "require_sandbox", "select_sandbox", "sweep_stale"]
 
 
 _OURS = re.compile(r"^ralph-(\d+)-")
@@ -118,27 +119,53 @@ def _abandoned(directory: Path) -> bool:
     return True
 
 
-def require_sandbox(enabled: bool) -> None:
-    """Fail closed, before any work: without bubblewrap ralph refuses unless isolation is off."""
-    if not enabled:
-        return
-    from ralph.sandboxes.bwrap import available
-
-    if reason := available():
-        raise RalphError(
-            f"no sandbox: {reason}; refusing to run untrusted code "
-            "(install bubblewrap: apt-get install bubblewrap, or pass --no-sandbox)"
-        )
-
-
-def select_sandbox(
-    workspace: Path, writable: Sequence[Path], enabled: bool, *, workspace_writable: bool = True
-) -> Sandbox:
-    """bubblewrap around the workspace; without it, refuse (fail closed) unless the user turned
-    isolation off, in which case rlimits, a new session and timeouts still apply."""
-    require_sandbox(enabled)
-    if not enabled:
-        return LocalSandbox()
+def _bwrap(workspace: Path, writable: Sequence[Path], workspace_writable: bool) -> Sandbox:
     from ralph.sandboxes.bwrap import BwrapSandbox
 
     return BwrapSandbox(workspace, writable=writable, workspace_writable=workspace_writable)
+
+
+def _local(workspace: Path, writable: Sequence[Path], workspace_writable: bool) -> Sandbox:
+    return LocalSandbox()
+
+
+SANDBOXES: dict[str, Callable[[Path, Sequence[Path], bool], Sandbox]] = {"bwrap": _bwrap, "local": _local}
+"""The built-in sandboxes by name; any other `module:Class` is loaded as a plugin."""
+
+
+def require_sandbox(name: str) -> None:
+    """Fail closed, before any work: an unknown sandbox, a plugin that cannot be imported, or
+    bubblewrap missing is a one-line error (`local`, or --no-sandbox, runs without isolation)."""
+    if name == "bwrap":
+        from ralph.sandboxes.bwrap import available
+
+        if reason := available():
+            raise RalphError(
+                f"no sandbox: {reason}; refusing to run untrusted code "
+                "(install bubblewrap: apt-get install bubblewrap, or pass --no-sandbox)"
+            )
+    elif ":" in name:
+        if missing := missing_members(load(name, "isolation"), Sandbox, protocol_methods(Sandbox)):
+            raise _not_a_sandbox(name, missing)
+    elif name not in SANDBOXES:
+        raise RalphError(f"unknown sandbox {name!r}; available: {', '.join(SANDBOXES)}, or module:Class")
+
+
+def select_sandbox(
+    name: str, workspace: Path, writable: Sequence[Path], *, workspace_writable: bool = True
+) -> Sandbox:
+    """The sandbox `name` names around the workspace (bubblewrap, `local`: rlimits, a new session
+    and timeouts only, or a plugin's `module:Class`); refused (fail closed) when bubblewrap is
+    missing, the name is unknown, or a plugin lacks any member of the `Sandbox` Protocol."""
+    require_sandbox(name)
+    if name in SANDBOXES:
+        return SANDBOXES[name](workspace, writable, workspace_writable)
+    box = instantiate(name, "isolation", workspace, writable=writable, workspace_writable=workspace_writable)
+    if not isinstance(box, Sandbox):
+        raise _not_a_sandbox(name, missing_members(box, Sandbox))
+    return box
+
+
+def _not_a_sandbox(name: str, missing: Sequence[str]) -> RalphError:
+    """A plugin lacking a member of the Protocol is never used with less isolation than it gives."""
+    return RalphError(f"isolation {name}: not a Sandbox (it lacks {', '.join(missing)}); refusing to run")

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import IO
 
 from ralph.domain.errors import UnsafePath
+from ralph.domain.protocols import Command
 from ralph.domain.results import ProcessResult
 from ralph.sandboxes import seccomp
 from ralph.sandboxes.local import child_env, feed_stdin, read_capped, wait_exit
@@ -196,19 +197,6 @@ def _drop_privileges() -> list[str]:
         "--no-new-privs",
         "--",
     ]
-
-
-class Command(list[str]):
-    """A command line `BwrapSandbox.wrap` built, with the descriptors it needs passed on: spawn it
-    with ``pass_fds=command.pass_fds`` and `close` them once it has started."""
-
-    pass_fds: tuple[int, ...] = ()
-
-    def close(self) -> None:
-        for fd in self.pass_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.pass_fds = ()
 
 
 class BwrapSandbox:

@@ -15,8 +15,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
+from ralph.domain.protocols import Command
 from ralph.domain.results import ProcessResult
 
 # Environment variables a child may see; everything else (API keys included) is dropped.
@@ -33,9 +35,14 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class LocalSandbox:
-    """No isolation beyond a new session, rlimits and a timeout; the process group is killed on timeout."""
+    """No isolation beyond a new session, rlimits and a timeout; the process group is killed on timeout.
+
+    It implements the whole `Sandbox` Protocol: the workspace is seen at its own path (`mount_at`
+    None, `inside`/`outside` the identity, no mount points to make, no other view of it), and
+    nothing outlives a command (`close` has nothing to release)."""
 
     name = "local"
+    mount_at: Path | None = None
 
     def __init__(self, *, memory_bytes: int = 4 << 30, max_output: int = 1 << 20) -> None:
         self.memory_bytes = memory_bytes
@@ -77,6 +84,30 @@ class LocalSandbox:
             self._cancelled = True
         for proc in list(self._live):
             kill_group(proc)
+
+    def wrap(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None = None) -> Command:
+        """`argv` as it is: no isolation to add (nor rlimits, which are set from outside once a
+        process has started); the caller gives it a session of its own and kills its group."""
+        return Command(argv)
+
+    def close(self) -> None:
+        """Nothing to release: every command `run` starts is killed and reaped when it returns."""
+
+    def mounted_at(self, path: Path) -> None:
+        """None: without mount namespaces the workspace is seen at its own path only."""
+        return None
+
+    def prepare(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[Path]:
+        """None made: nothing is mounted."""
+        return []
+
+    def inside(self, text: str) -> str:
+        """`text` unchanged: commands see the host's paths."""
+        return text
+
+    def outside(self, text: str) -> str:
+        """`text` unchanged: commands see the host's paths."""
+        return text
 
     def start(
         self,

@@ -81,8 +81,7 @@ class BackgroundGate:
         self._cancelled.set()
         for _, future in self._futures:
             future.cancel()
-        if callable(kill := getattr(self.toolchain.sandbox, "cancel", None)):
-            kill()
+        self.toolchain.sandbox.cancel()
         if self.warm is not None:
             self.warm.cancel()  # the run it serves gives no verdict, and nothing more starts
 

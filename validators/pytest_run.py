@@ -112,13 +112,11 @@ class PytestValidator:
 
     def _inside(self, text: str) -> str:
         """A path or node id as the tests see it (the sandbox may show the workspace elsewhere)."""
-        inside = getattr(self.toolchain.sandbox, "inside", None)
-        return inside(text) if callable(inside) else text
+        return self.toolchain.sandbox.inside(text)
 
     def _outside(self, text: str) -> str:
         """A path or node id the tests wrote, as the host names it (`_inside` undone)."""
-        outside = getattr(self.toolchain.sandbox, "outside", None)
-        return outside(text) if callable(outside) else text
+        return self.toolchain.sandbox.outside(text)
 
     def _result(
         self,

@@ -71,19 +71,16 @@ class Toolchain:
         as the user's own run would see it (the copy's path names ralph: a candidate can be right
         there alone); itself when there is none, or its sandbox cannot (no bubblewrap) or already
         does. Then call `make_mount_points` before the workspace's state is captured."""
-        mounted = getattr(self.sandbox, "mounted_at", None)
-        if self.user_root is None or self.root is None or not callable(mounted):
+        if self.user_root is None or self.root is None or self.sandbox.mount_at is not None:
             return self
-        if getattr(self.sandbox, "mount_at", None) is not None:
-            return self
-        return replace(self, sandbox=mounted(self.user_root))
+        mounted = self.sandbox.mounted_at(self.user_root)
+        return self if mounted is None else replace(self, sandbox=mounted)
 
     def make_mount_points(self) -> list[Path]:
         """Where the sandbox shows the workspace at the user's path, what the interpreter needs of the
         user's own there (their .venv) is bound back over it, on folders made in the workspace now
         (the ones made): part of the state a restore keeps when made before it is captured."""
-        prepare = getattr(self.sandbox, "prepare", None)
-        return list(prepare([self.python], self.python_env())) if callable(prepare) else []
+        return self.sandbox.prepare([self.python], self.python_env())
 
     def python_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the target's Python: our plugin and the workspace's code come first on the path."""
@@ -154,12 +151,10 @@ class Toolchain:
             pipes = [request_read, reply_write]
             extra["RALPH_CHANNEL"] = f"{request_read},{reply_write}"
         env = {**env, **extra}
-        wrap = getattr(sandbox or self.sandbox, "wrap", None)
-        if wrap is not None:
-            argv = wrap(argv, cwd=str(self.project), env=env)
+        command = (sandbox or self.sandbox).wrap(argv, cwd=str(self.project), env=env)
         try:
             proc = popen_owned(
-                argv,
+                command,
                 cwd=self.project,
                 env=env,
                 stdin=subprocess.DEVNULL if channel else subprocess.PIPE,
@@ -167,11 +162,10 @@ class Toolchain:
                 stderr=subprocess.DEVNULL,
                 text=True,
                 start_new_session=True,
-                pass_fds=(*pipes, *getattr(argv, "pass_fds", ())),
+                pass_fds=(*pipes, *command.pass_fds),
             )
         finally:
-            if callable(close := getattr(argv, "close", None)):
-                close()
+            command.close()
             for fd in pipes:
                 os.close(fd)
         if channel:

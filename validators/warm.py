@@ -18,7 +18,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -175,8 +175,7 @@ class WarmRunner:
     ) -> dict[str, Any]:
         """The worker's request for one run, numbered with the latest request id; its paths as the
         sandbox shows them (the workspace may be mounted at the user's repository path)."""
-        inside = getattr(self.toolchain.sandbox, "inside", None)
-        seen: Callable[[str], str] = inside if callable(inside) else str
+        seen = self.toolchain.sandbox.inside
         return {
             "id": self._next_id,
             "args": [seen(a) for a in args],

@@ -403,8 +403,9 @@ def bench_verify(
         interpreter = find_python(repo, repo, python)
         scratch = Path(tmp) / "scratch"
         scratch.mkdir()
-        isolation = select_sandbox(project, [scratch], sandbox)
-        checker = select_sandbox(project, [], sandbox, workspace_writable=False)
+        chosen = "bwrap" if sandbox else "local"
+        isolation = select_sandbox(chosen, project, [scratch])
+        checker = select_sandbox(chosen, project, [], workspace_writable=False)
         toolchain = Toolchain(
             interpreter,
             isolation,
@@ -434,7 +435,6 @@ def bench_verify(
                 progress(f"accept {i}/{len(bench.results)} {result.path}: {result.accept_ms:.0f} ms")
         finally:
             verifier.close()
-            for box in (isolation, checker):
-                if callable(close := getattr(box, "close", None)):
-                    close()
+            isolation.close()
+            checker.close()
     return bench

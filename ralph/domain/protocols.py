@@ -4,6 +4,8 @@ trace, a view, drafters and a router), and what a sandbox and a validator are. P
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +38,30 @@ class DraftContext:
 
 @runtime_checkable
 class Drafter(Protocol):
-    """Proposes candidate edits. An empty list means it has nothing left to try for this state."""
+    """Proposes candidate edits. An empty list means it has nothing left to try for this state.
+
+    `remote` and `priced` may be class attributes or properties. A plugin (`--drafter
+    module:Class`) that declares only `name` and `draft` is given `DRAFTER_DEFAULTS` on its
+    instance when loaded (ralph.drafters.create_drafter): a drafter running here, at no cost."""
 
     name: str
 
+    @property
+    def remote(self) -> bool:
+        """A model behind an API: the loop asks it for one candidate per request, all at once, and
+        verifies each as it arrives."""
+        ...
+
+    @property
+    def priced(self) -> bool:
+        """Whether its cost is known (False: `--max-cost` cannot be enforced for it)."""
+        ...
+
     def draft(self, context: DraftContext, n: int) -> list[Candidate]: ...
+
+
+DRAFTER_DEFAULTS: dict[str, bool] = {"remote": False, "priced": True}
+"""What a plugin drafter that does not declare them is given."""
 
 
 class Validator(Protocol):
@@ -87,10 +108,35 @@ class Router(Protocol):
         ...
 
 
+class Command(list[str]):
+    """A command line a sandbox's `wrap` built, with the descriptors it needs passed on: spawn it
+    with ``pass_fds=command.pass_fds`` and `close` them once it has started."""
+
+    pass_fds: tuple[int, ...] = ()
+
+    def close(self) -> None:
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
+
+
+@runtime_checkable
 class Sandbox(Protocol):
-    """Runs a command on the workspace, isolated as far as the mechanism allows."""
+    """Runs a command on the workspace, isolated as far as the mechanism allows.
+
+    Every member is required, and none is looked up optionally: a plugin (`isolation =
+    "module:Class"`, called as ``Class(workspace, writable=[...], workspace_writable=...)``) that
+    lacks one is refused before it runs anything, never used with less isolation than it gives.
+    A mechanism with nothing to map or release says so: identity `inside`/`outside`, a `close`
+    that does nothing."""
 
     name: str
+
+    @property
+    def mount_at(self) -> Path | None:
+        """Where its commands see the workspace (the user's repository); None: at its own path."""
+        ...
 
     def run(
         self,
@@ -100,7 +146,42 @@ class Sandbox(Protocol):
         env: Mapping[str, str] | None = None,
         timeout_s: float = 300.0,
         stdin: str | None = None,
-    ) -> ProcessResult: ...
+    ) -> ProcessResult:
+        """Run `argv` in `cwd` with an allowlisted environment plus `env`; past `timeout_s`, kill
+        everything it started. After `cancel`, return at once with error "cancelled"."""
+        ...
+
+    def wrap(self, argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None = None) -> Command:
+        """The command line running `argv` inside the sandbox's isolation, for a caller that
+        spawns it itself (the warm worker, the type checker): spawn it with its `pass_fds`,
+        then `close` it. Killing the spawned process's group must kill all it started."""
+        ...
+
+    def cancel(self) -> None:
+        """Kill what `run` runs now (from another thread), and run nothing more."""
+        ...
+
+    def close(self) -> None:
+        """Release what commands `wrap` built left behind (cgroups); the run's end calls it once."""
+        ...
+
+    def mounted_at(self, path: Path) -> Sandbox | None:
+        """This sandbox showing the workspace at `path` (sharing its running commands, cancellation
+        and what `close` releases); None when the mechanism cannot."""
+        ...
+
+    def prepare(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[Path]:
+        """Make in the workspace the mount points that commands like `argv` need (called before its
+        state is captured); the ones made."""
+        ...
+
+    def inside(self, text: str) -> str:
+        """`text` (a path, an option, node ids) as its commands see it."""
+        ...
+
+    def outside(self, text: str) -> str:
+        """What a command said (a path, a node id) as the host names it: `inside` undone."""
+        ...
 
 
 @dataclass(frozen=True)

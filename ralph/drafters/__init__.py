@@ -6,14 +6,94 @@ validators (a tool's path) and ralph's edits and context; never the loop, the se
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ralph.domain.errors import RalphError
-from ralph.domain.plugins import instantiate
-from ralph.domain.protocols import Drafter
+from ralph.domain.plugins import instantiate, missing_members
+from ralph.domain.protocols import DRAFTER_DEFAULTS, Drafter
 
 BUILTIN = ("auto", "mutation", "replay:FILE", "diffusion:MODEL", "PROVIDER/MODEL (litellm)")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a drafter may be built with: per-model settings (api_base, timeouts) for litellm
+    drafters, the diffusion sampler's settings."""
+
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sampler: dict[str, Any] = field(default_factory=dict)
+
+
+def _mutation(spec: str, settings: Settings) -> Drafter:
+    from ralph.drafters.mutation import MutationDrafter
+
+    return MutationDrafter()
+
+
+def _replay(spec: str, settings: Settings) -> Drafter:
+    from ralph.drafters.replay import ReplayDrafter
+
+    return ReplayDrafter(Path(spec.removeprefix("replay:")))
+
+
+def _diffusion(spec: str, settings: Settings) -> Drafter:
+    from ralph.drafters.diffusion import create_diffusion_drafter
+
+    return create_diffusion_drafter(spec, **settings.sampler)
+
+
+def _litellm(spec: str, settings: Settings) -> Drafter:
+    from ralph.drafters.llm import create_llm_drafter
+
+    options = {k: v for k, v in (settings.models.get(spec) or {}).items() if v is not None}
+    return create_llm_drafter(spec, **options)
+
+
+def _plugin(spec: str, settings: Settings) -> Drafter:
+    """The plugin's drafter, given `DRAFTER_DEFAULTS` for what it does not declare."""
+    drafter = instantiate(spec, "--drafter")
+    lacking = missing_members(drafter, Drafter)
+    if required := [m for m in lacking if m not in DRAFTER_DEFAULTS]:
+        raise RalphError(
+            f"--drafter {spec}: not a Drafter (it lacks {', '.join(required)}; needs `name` and `draft(context, n)`)"
+        )
+    try:
+        for member in lacking:
+            setattr(drafter, member, DRAFTER_DEFAULTS[member])
+    except (AttributeError, TypeError) as exc:
+        raise RalphError(f"--drafter {spec}: declare `remote` and `priced` on it ({exc})") from None
+    if not isinstance(drafter, Drafter):
+        raise RalphError(
+            f"--drafter {spec}: not a Drafter (it lacks {', '.join(missing_members(drafter, Drafter))})"
+        )
+    return drafter
+
+
+Factory = Callable[[str, Settings], Drafter]
+
+NAMED: dict[str, Factory] = {"auto": _mutation, "mutation": _mutation}
+"""Drafters by their whole name."""
+PREFIXED: dict[str, Factory] = {"replay:": _replay, "diffusion:": _diffusion}
+"""Drafters by the prefix of their name (the rest says what they draw on)."""
+NOTICES = {"auto": "no model configured: using the offline mutation drafter"}
+
+
+def _factory(spec: str) -> Factory:
+    """What builds the drafter `spec` names: a name, a prefix, then a litellm model (anything with a
+    `/`: ollama tags have both `/` and `:`), then a plugin's `module:Class`."""
+    if spec in NAMED:
+        return NAMED[spec]
+    for prefix, factory in PREFIXED.items():
+        if spec.startswith(prefix):
+            return factory
+    if "/" in spec:
+        return _litellm
+    if ":" in spec:
+        return _plugin
+    raise RalphError(f"unknown drafter {spec!r}; available: {', '.join(BUILTIN)}, or module:Class")
 
 
 def create_drafter(
@@ -23,28 +103,5 @@ def create_drafter(
 
     `models` holds per-model settings (api_base, timeouts) for litellm drafters; `sampler` the
     diffusion sampler's settings."""
-    from ralph.drafters.mutation import MutationDrafter
-
-    if spec == "auto":
-        return MutationDrafter(), "no model configured: using the offline mutation drafter"
-    if spec == "mutation":
-        return MutationDrafter(), None
-    if spec.startswith("replay:"):
-        from ralph.drafters.replay import ReplayDrafter
-
-        return ReplayDrafter(Path(spec.removeprefix("replay:"))), None
-    if spec.startswith("diffusion:"):
-        from ralph.drafters.diffusion import create_diffusion_drafter
-
-        return create_diffusion_drafter(spec, **(sampler or {})), None
-    if "/" in spec:  # a litellm model string; ollama tags have both "/" and ":"
-        from ralph.drafters.llm import create_llm_drafter
-
-        options = {k: v for k, v in ((models or {}).get(spec) or {}).items() if v is not None}
-        return create_llm_drafter(spec, **options), None
-    if ":" in spec:
-        drafter = instantiate(spec, "--drafter")
-        if not isinstance(drafter, Drafter):
-            raise RalphError(f"--drafter {spec}: not a Drafter (needs `name` and `draft(context, n)`)")
-        return drafter, None
-    raise RalphError(f"unknown drafter {spec!r}; available: {', '.join(BUILTIN)}, or module:Class")
+    drafter = _factory(spec)(spec, Settings(models or {}, sampler or {}))
+    return drafter, NOTICES.get(spec)

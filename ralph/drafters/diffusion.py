@@ -407,6 +407,9 @@ class _Decodes:
 class DiffusionDrafter:
     """Proposes infills and chat answers of a diffusion model; [] when all are spent for this state."""
 
+    remote = False  # (the model runs here)
+    priced = True  # (free)
+
     def __init__(self, lm: DiffusionLM, options: DiffusionOptions | None = None) -> None:
         import torch
 

@@ -43,6 +43,8 @@ class MutationDrafter:
     `priors`: each template's chance to fix a bug when tried (default: learned, shipped as data)."""
 
     name = "mutation"
+    remote = False
+    priced = True  # (free)
 
     def __init__(self, priors: Mapping[str, float] | None = None) -> None:
         self._queue = CandidateQueue(self._candidates)

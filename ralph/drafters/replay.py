@@ -28,6 +28,8 @@ from ralph.edits import (
 
 class ReplayDrafter:
     name = "replay"
+    remote = False
+    priced = True  # (free)
 
     def __init__(self, path: Path) -> None:
         try:
