@@ -105,7 +105,7 @@ class Loop:
         before, draft_ms, commit, winner = result.remaining, 0.0, None, None
         verdicts: list[CandidateRecord] = []
         drafter, on_state = self.drafters[decision.drafter], self.states.current
-        batch = Batch(decision.n, bool(getattr(drafter, "remote", False)))
+        batch = Batch(decision.n, drafter.remote)
         proposed = drafts(drafter, self._context(state, memory), batch, memory)  # draft
         live = self._live(f"#{result.iterations + 1} {decision.drafter}", start, batch)
         clock, width = Clock(), 1 if batch.remote else batch.asked

@@ -29,6 +29,7 @@ class RepeatingDrafter:
     """Proposes the same bad edit twice per call, then the fix on the third call."""
 
     name = "scripted"
+    remote, priced = False, True
 
     def __init__(self) -> None:
         self.calls = 0
@@ -46,7 +47,7 @@ class SlowRemoteDrafter:
     only the fourth call's is right. The loop should make the n calls at once."""
 
     name = "remote"
-    remote = True
+    remote, priced = True, True
 
     def __init__(self) -> None:
         self.calls = 0
@@ -95,7 +96,7 @@ class SlowTailDrafter:
     """A remote drafter whose first answer is right and quick; the other three take seconds."""
 
     name = "tail"
-    remote = True
+    remote, priced = True, True
 
     def __init__(self) -> None:
         self.calls = 0
