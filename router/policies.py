@@ -6,11 +6,11 @@ no drafter has anything left to try. A policy can also be a user's class, given 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ralph.domain.errors import RalphError
-from ralph.domain.plugins import instantiate
+from ralph.domain.plugins import instantiate, missing_members
 from ralph.domain.protocols import IterationSummary, RouteDecision, Router
 
 
@@ -121,24 +121,34 @@ class CascadePolicy:
         return None
 
 
+def _deep(fast: str, deep: str | None, n: int, k: int, tiers: Sequence[Tier]) -> Router:
+    if deep is None:
+        raise RalphError("--router deep needs a deep model (--deep MODEL)")
+    return FixedPolicy(deep, 1, "deep")
+
+
+def _cascade(fast: str, deep: str | None, n: int, k: int, tiers: Sequence[Tier]) -> Router:
+    return CascadePolicy(list(tiers) or [Tier(fast, n, k), *([Tier(deep, 1, k)] if deep else [])])
+
+
+ROUTERS: dict[str, Callable[[str, str | None, int, int, Sequence[Tier]], Router]] = {
+    "fast": lambda fast, deep, n, k, tiers: FixedPolicy(fast, n, "fast"),
+    "deep": _deep,
+    "stall": lambda fast, deep, n, k, tiers: StallPolicy(fast, deep, k=k, n_fast=n),
+    "cascade": _cascade,
+}
+"""Routing policies by name; anything else is a plugin's `module:Class`."""
+
+
 def create_router(
     name: str, *, fast: str, deep: str | None = None, n: int = 4, k: int = 3, tiers: Sequence[Tier] = ()
 ) -> Router:
-    """A routing policy by name (fast, deep, stall, cascade) or dotted path `module:Class`."""
-    if name == "fast":
-        return FixedPolicy(fast, n, "fast")
-    if name == "deep":
-        if deep is None:
-            raise RalphError("--router deep needs a deep model (--deep MODEL)")
-        return FixedPolicy(deep, 1, "deep")
-    if name == "stall":
-        return StallPolicy(fast, deep, k=k, n_fast=n)
-    if name == "cascade":
-        chosen = list(tiers) or [Tier(fast, n, k), *([Tier(deep, 1, k)] if deep else [])]
-        return CascadePolicy(chosen)
+    """A routing policy by name (`ROUTERS`) or dotted path `module:Class`."""
+    if name in ROUTERS:
+        return ROUTERS[name](fast, deep, n, k, tiers)
     if ":" in name:
         policy = instantiate(name, "--router")
-        if not callable(getattr(policy, "route", None)):
-            raise RalphError(f"--router {name}: not a routing policy (needs route(history, drafters))")
+        if lacking := missing_members(policy, Router):
+            raise RalphError(f"--router {name}: not a routing policy (it lacks {', '.join(lacking)})")
         return policy  # type: ignore[return-value]
-    raise RalphError(f"unknown router {name!r}; available: fast, deep, stall, cascade, or module:Class")
+    raise RalphError(f"unknown router {name!r}; available: {', '.join(ROUTERS)}, or module:Class")

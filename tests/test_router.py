@@ -74,6 +74,12 @@ def test_policies_by_name_and_dotted_path():
         create_router("nope", fast="m")
     with pytest.raises(RalphError, match="needs a deep model"):
         create_router("deep", fast="m")
+    with pytest.raises(RalphError, match="not a routing policy \\(it lacks route\\)"):
+        create_router("tests.test_router:NoRoute", fast="m")
+
+
+class NoRoute:
+    name = "no-route"
 
 
 class AlwaysDeep:
