@@ -145,6 +145,36 @@ def test_the_templates_are_counted_from_the_traces():
     }
 
 
+def test_an_edit_accepted_again_after_its_state_was_discarded_counts_as_an_accept():
+    """Undone is a property of a state, not of an edit: state 3 (built on 2, whose gate failed) is
+    discarded, then the loop, back on state 1, accepts the same edit as 4 and its gate passes. That
+    accept counts; one whose gate never reported (the run was killed) does not."""
+    from ralph.bench.fix import template_stats
+
+    def accepted(i: int, operator: str, fingerprint: str) -> dict:
+        candidate = {"meta": {"operator": operator}, "verdict": "accepted", "fingerprint": fingerprint}
+        return {"type": "iteration", "i": i, "state": i, "remaining_before": 2, "remaining_after": 1,
+                "candidates": [candidate]}  # fmt: skip
+
+    def gate(state: int, verdict: str, discarded: list[int]) -> dict:
+        return {"type": "gate", "state": state, "iteration": state, "verdict": verdict,
+                "fingerprint": f"f{state}", "remaining": 1, "discarded": discarded}  # fmt: skip
+
+    trace = [
+        accepted(2, "drop_arg", "f2"),
+        accepted(3, "wrap_abs", "f3"),
+        gate(2, "rejected", [3]),
+        accepted(4, "wrap_abs", "f3"),
+        gate(4, "passed", []),
+        accepted(5, "add_return", "f5"),  # killed before its gate reported
+    ]
+    assert template_stats([parse_run(trace)]) == {
+        "wrap_abs": {"verified": 2, "accepted": 1, "r": 0.5},  # was 0 accepted: undone by fingerprint
+        "add_return": {"verified": 1, "accepted": 0, "r": 0.0},  # was 1: never gated, never on the branch
+        "drop_arg": {"verified": 1, "accepted": 0, "r": 0.0},
+    }
+
+
 def test_every_state_a_background_gate_rejected_is_reported_as_caught(tmp_path):
     from ralph.bench.fix import gate_catches, task_runs
 
