@@ -26,7 +26,7 @@ class TracedCandidate:
     description: str = ""
     fingerprint: str | None = None
     diff: str = ""
-    verdict: str = ""  # accepted or rejected
+    verdict: str | None = None  # accepted or rejected (None: the record does not say)
     reason: str | None = None
     failed_stage: str | None = None
     verified: bool = False  # it reached a validator stage (a parse failure needs no run)
@@ -185,14 +185,13 @@ def parse_run(records: Iterable[Mapping[str, Any]], source: str = "") -> Run:
             where = f"{source}: record {n}" if source else f"record {n}"
             raise RalphError(f"{where} is not a ralph trace record ({type(exc).__name__}: {exc})") from None
     gone = undone(iterations, gates)
-    iterations = [replace(it, undone=True) if it.i in gone else it for it in iterations]
     order = [replace(e, undone=True) if isinstance(e, TracedIteration) and e.i in gone else e for e in order]
     green_s, green_iteration = _green(order)
     steps, times = _gated_progress(order)
     return Run(
         source,
         tuple(starts),
-        tuple(iterations),
+        tuple(e for e in order if isinstance(e, TracedIteration)),
         tuple(gates),
         tuple(ends),
         end,
@@ -285,7 +284,7 @@ def _candidate(c: Mapping[str, Any]) -> TracedCandidate:
         description=str(c.get("description", "")),
         fingerprint=c.get("fingerprint"),
         diff=str(c.get("diff", "")),
-        verdict=str(c.get("verdict", "")),
+        verdict=_str_or_none(c.get("verdict")),
         reason=c.get("reason"),
         failed_stage=c.get("failed_stage"),
         verified=bool(c.get("stages")),

@@ -281,6 +281,8 @@ def template_stats(runs: list[Run]) -> dict[str, dict[str, float]]:
             for candidate in iteration.candidates:
                 if candidate.operator is None or candidate.failed_stage == "policy":
                     continue
+                if candidate.verdict is None:
+                    raise RalphError(f"{run.source}: a candidate without a verdict: not a ralph trace")
                 seen = counts.setdefault(candidate.operator, [0, 0])
                 seen[0] += 1
                 seen[1] += candidate in kept
