@@ -266,10 +266,10 @@ def _iteration(r: Mapping[str, Any], ordinal: int, before: int) -> TracedIterati
         remaining_before=remaining_before,
         remaining_after=int(r.get("remaining_after", remaining_before)),
         accepted=bool(r.get("accepted")),
-        draft_ms=float(r.get("draft_ms") or 0.0),
-        verify_ms=float(r.get("verify_ms") or 0.0),
-        overhead_ms=float(r.get("overhead_ms") or 0.0),
-        elapsed_s=_float_or_none(r.get("elapsed_s")),
+        draft_ms=_number(r.get("draft_ms"), 0.0),
+        verify_ms=_number(r.get("verify_ms"), 0.0),
+        overhead_ms=_number(r.get("overhead_ms"), 0.0),
+        elapsed_s=_number(r.get("elapsed_s")),
         cost_usd=float(r.get("cost_usd") or 0.0),
         candidates=tuple(_candidate(c) for c in r.get("candidates") or ()),
         route_reason=(r.get("route") or {}).get("reason"),
@@ -351,6 +351,16 @@ def _end(r: Mapping[str, Any]) -> TracedEnd:
         gate_wait_s=float(r.get("gate_wait_s") or 0.0),
         cost_usd=float(r.get("cost_usd") or 0.0),
     )
+
+
+def _number(value: Any, default: float | None = None) -> Any:
+    """A number as the trace wrote it (an int stays an int, as the CSV rows show it); `default`
+    when the trace does not say."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{value!r} is not a number")
+    return value
 
 
 def _int_or_none(value: Any) -> int | None:
