@@ -20,7 +20,7 @@ from ralph.domain.errors import GitError, RalphError
 from ralph.domain.protocols import View
 from ralph.gitops import open_repo, run_git
 from ralph.redact import redact
-from ralph.trace import read_trace
+from ralph.trace_reader import TracedEnd, TracedStart, read_run
 
 
 @dataclass
@@ -74,36 +74,30 @@ def run_ci(
 
 
 def markdown_summary(trace: Path, branch: str | None, remote: str) -> str:
-    """What failed, what changed, iterations, time, cost and where the trace is."""
-    records = read_trace(trace)
-    start = next((r for r in records if r["type"] == "run_start"), {})
-    end = next((r for r in records if r["type"] == "run_end"), {})
-    iterations = [r for r in records if r["type"] == "iteration"]
-    score = (start.get("baseline") or {}).get("score") or {}
-    failed = [
-        *score.get("failing_targets", []),
-        *score.get("failing_checks", []),
-        *score.get("regressions", []),
-    ]
-    accepted = [c for r in iterations for c in r.get("candidates", []) if c.get("verdict") == "accepted"]
-    lines = [f"## ralph: {end.get('outcome', 'unfinished')}", ""]
+    """What failed, what changed (an accept a background gate undid is not on the branch), iterations,
+    time, cost and where the trace is."""
+    run = read_run(trace)
+    start, end = run.start or TracedStart(), run.end or TracedEnd()
+    failed = start.baseline_failed
+    accepted = [c for it in run.iterations for c in it.kept]
+    lines = [f"## ralph: {end.outcome}", ""]
     lines += ["**What failed**", "", *(f"- `{f}`" for f in failed[:20]), ""]
     if accepted:
         lines += [
             "**What was changed**",
             "",
-            *(f"- {c['description']} ({c['drafter']})" for c in accepted),
+            *(f"- {c.description} ({c.drafter})" for c in accepted),
             "",
         ]
-        lines += ["<details><summary>Diff</summary>", "", "```diff", *(c["diff"].rstrip() for c in accepted)]
+        lines += ["<details><summary>Diff</summary>", "", "```diff", *(c.diff.rstrip() for c in accepted)]
         lines += ["```", "", "</details>", ""]
     else:
         lines += ["No change was accepted.", ""]
     lines += [
         "| iterations | remaining error | wall time | cost |",
         "|---|---|---|---|",
-        f"| {end.get('iterations', len(iterations))} | {end.get('remaining_at_start')} → {end.get('remaining')} "
-        f"| {end.get('wall_s', 0):.1f} s | ${end.get('cost_usd') or 0:.4f} |",
+        f"| {len(run.iterations) if end.iterations is None else end.iterations} "
+        f"| {end.remaining_at_start} → {end.remaining} | {end.wall_s:.1f} s | ${end.cost_usd:.4f} |",
         "",
         f"Branch: `{branch}` on `{remote}`" if branch else "Nothing was pushed.",
         f"Trace: `{trace}`",

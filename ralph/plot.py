@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ralph.domain.errors import RalphError
-from ralph.report import gated_progress, run_stats
+from ralph.report import RunStats, run_stats
+from ralph.trace_reader import Run, TracedStart
 
 
-def plot_runs(loaded: Sequence[tuple[Path, list[dict[str, Any]]]], output: Path) -> None:
+def plot_runs(runs: Sequence[Run], output: Path) -> None:
     """Write a PNG with one line per run, labelled with its drafters."""
     try:
         import matplotlib
@@ -23,14 +23,17 @@ def plot_runs(loaded: Sequence[tuple[Path, list[dict[str, Any]]]], output: Path)
 
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2))
     markers = "os^vD<>ph*"
-    for n, (path, records) in enumerate(loaded):
-        stats = run_stats(records, str(path))
-        if not any(r.get("type") == "iteration" for r in records):
+    for n, run in enumerate(runs):
+        if not run.iterations:
             continue
-        steps, times = gated_progress(records)  # what was gated: a provisional accept is no progress
+        steps, times = run.steps, run.times  # what was gated: a provisional accept is no progress
         # Runs that overlap stay apart: a marker each, and a small vertical offset.
         lift = 0.04 * (n % 5)
-        style = {"where": "post", "label": run_label(records, stats), "marker": markers[n % len(markers)]}
+        style = {
+            "where": "post",
+            "label": run_label(run, run_stats(run)),
+            "marker": markers[n % len(markers)],
+        }
         by_step.step(range(len(steps)), [v + lift for v in steps], markersize=4, **style)
         by_time.step([t for t, _ in times], [v + lift for _, v in times], markersize=4, **style)
     by_step.set(xlabel="iteration", ylabel="remaining error", title="Remaining error per iteration")
@@ -46,12 +49,12 @@ def plot_runs(loaded: Sequence[tuple[Path, list[dict[str, Any]]]], output: Path)
     plt.close(fig)
 
 
-def run_label(records: Sequence[dict[str, Any]], stats: Any) -> str:
+def run_label(run: Run, stats: RunStats) -> str:
     """A run as a reader knows it: its project and task, its drafters, then its id."""
-    start = next((r for r in records if r.get("type") == "run_start"), {})
-    project = Path(str(start.get("repo") or "?")).name
-    if start.get("project") not in (None, "", "."):
-        project += f"/{start['project']}"
-    task = str(start.get("task") or "").strip()
+    start = run.start or TracedStart()
+    project = Path(start.repo or "?").name
+    if start.project is not None:
+        project += f"/{start.project}"
+    task = start.task.strip()
     task = f" · {task[:30]}{'...' if len(task) > 30 else ''}" if task else ""
     return f"{project}{task} · {'+'.join(stats.drafters)} ({stats.run_id})"

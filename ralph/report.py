@@ -1,7 +1,8 @@
 """Trace statistics (pure): per-run outcomes and cycle-time breakdowns, and improvement per step per
 drafter, the number that tells whether many cheap iterations beat a few smart ones on your repo.
 
-With E the remaining error before an iteration and D the error it removed (0 when rejected), a
+With E the remaining error before an iteration and D the error it removed (0 when rejected, or
+undone by a background gate), a
 drafter's improvement rate is r = sum(D) / sum(E). The seed model predicts the share of the error
 fixed after n iterations as 1 - (1 - r)^n, and within a time budget T as 1 - (1 - r)^(T / cycle).
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph.domain.errors import RalphError
-from ralph.trace import read_trace
+from ralph.trace_reader import Run, TracedStart, read_run
 
 
 @dataclass
@@ -56,61 +57,6 @@ class RunStats:
             "overhead": max(0.0, 1 - drafting - verifying),
             "gate": self.gate_s / total,
         }
-
-
-def undone(records: Sequence[dict[str, Any]]) -> set[int]:
-    """The iterations whose accept a background gate undid (it failed, or the state was built on one
-    that failed, or the run stopped before it passed)."""
-    iteration_of = {r["state"]: r["i"] for r in records if r.get("type") == "iteration" and "state" in r}
-    gates = [r for r in records if r.get("type") == "gate"]
-    failed = {g["iteration"] for g in gates if g.get("verdict") != "passed"}
-    failed |= {iteration_of[s] for g in gates for s in g.get("discarded", []) if s in iteration_of}
-    passed = {g["iteration"] for g in gates if g.get("verdict") == "passed"}
-    return failed | {i for s, i in iteration_of.items() if i not in passed}
-
-
-def gated_progress(records: Sequence[dict[str, Any]]) -> tuple[list[int], list[tuple[float, int]]]:
-    """The remaining error of the state the run stood on as gated: after each iteration (index 0 is
-    the start), and over time (seconds since the loop started). A provisional accept changes nothing
-    until its background gate passes; a gate that fails changes nothing."""
-    iterations = [r for r in records if r.get("type") == "iteration"]
-    current = int(iterations[0]["remaining_before"]) if iterations else 0
-    steps, times = [current], [(0.0, current)]
-    for r in records:
-        if r.get("type") == "iteration":
-            if r.get("accepted") and "state" not in r:  # gated in line
-                current = int(r["remaining_after"])
-            steps.append(current)
-            times.append((float(r.get("elapsed_s", 0.0)), current))
-        elif r.get("type") == "gate" and r.get("verdict") == "passed":
-            current = int(r["remaining"])
-            steps[-1] = current
-            times.append((float(r.get("elapsed_s", 0.0)), current))
-    return steps, times
-
-
-def _improved(record: dict[str, Any], undone: set[int]) -> bool:
-    return (
-        record.get("remaining_after", 0) < record.get("remaining_before", 0) and record.get("i") not in undone
-    )
-
-
-def reached_zero_in_line(iteration: dict[str, Any]) -> bool:
-    """An iteration whose accept, gated in line, left no error (not one gated in the background, nor
-    one that found the error already gone)."""
-    after, before = iteration.get("remaining_after"), iteration.get("remaining_before", 1)
-    return after == 0 and before != 0 and "state" not in iteration
-
-
-def _green(records: Sequence[dict[str, Any]]) -> float | None:
-    """When the run first stood on a gated state with no error left (a background gate's pass, or an
-    iteration gated in line)."""
-    for r in records:
-        gated = r.get("type") == "gate" and r.get("verdict") == "passed" and r.get("remaining") == 0
-        if gated or (r.get("type") == "iteration" and reached_zero_in_line(r)):
-            elapsed = r.get("elapsed_s")
-            return float(elapsed) if elapsed is not None else None
-    return None
 
 
 @dataclass
@@ -174,117 +120,100 @@ def trace_files(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def run_stats(records: Sequence[dict[str, Any]], trace: str = "") -> RunStats:
-    """Statistics of one run from its records (a killed run has no run_end: outcome 'unfinished').
-    A resumed run has several segments (a run_start each): the outcome is the last segment's, the
-    counts, times and cost are summed over all of them."""
-    starts = [i for i, r in enumerate(records) if r.get("type") == "run_start"] or [0]
-    start = records[starts[0]] if records and records[starts[0]].get("type") == "run_start" else {}
-    last_segment = records[starts[-1] :]
-    ends = [r for r in records if r.get("type") == "run_end"]
-    end: dict[str, Any] = next((r for r in reversed(last_segment) if r.get("type") == "run_end"), {})
-    iterations = [r for r in records if r.get("type") == "iteration"]
-    gone = undone(records)
-    last_elapsed = iterations[-1].get("elapsed_s", 0.0) if iterations else 0.0
-    drafters = list(dict.fromkeys([*start.get("drafters", {}), *(r.get("drafter", "?") for r in iterations)]))
-    first = iterations[0].get("drafter") if iterations else None
+def run_stats(run: Run) -> RunStats:
+    """Statistics of one run (a killed run has no run_end: outcome 'unfinished'). A resumed run has
+    several segments (a run_start each): the outcome is the last segment's, the counts, times and
+    cost are summed over all of them."""
+    start, end, iterations = run.start or TracedStart(), run.end, run.iterations
+    first = iterations[0].drafter if iterations else None
     escalations = sum(  # moves away from the first (fast) drafter; stepping back down is not one
-        1 for a, b in itertools.pairwise(iterations) if b.get("drafter") not in (a.get("drafter"), first)
+        1 for a, b in itertools.pairwise(iterations) if b.drafter not in (a.drafter, first)
     )
-    baseline = start.get("baseline") or {}
+    remaining_at_start = start.baseline_remaining
+    if remaining_at_start is None and iterations:
+        remaining_at_start = iterations[0].remaining_before
+    remaining = end.remaining if end is not None else None
+    last_elapsed = (iterations[-1].elapsed_s or 0.0) if iterations else 0.0
+    if (end is None or end.remaining is None) and iterations:
+        remaining = iterations[-1].remaining_after
     return RunStats(
-        run_id=str(start.get("run_id", Path(trace).parent.name)),
-        trace=trace,
-        drafters=drafters,
-        outcome=str(end.get("outcome", "unfinished")),
+        run_id=start.run_id if start.run_id is not None else Path(run.source).parent.name,
+        trace=run.source,
+        drafters=list(dict.fromkeys([*start.drafters, *(it.drafter for it in iterations)])),
+        outcome=end.outcome if end is not None else "unfinished",
         iterations=len(iterations),
-        accepted=sum(1 for r in iterations if _improved(r, gone)),
-        remaining_at_start=baseline.get(
-            "remaining", iterations[0]["remaining_before"] if iterations else None
-        ),
-        remaining=end.get("remaining", iterations[-1]["remaining_after"] if iterations else None),
-        wall_s=float(sum(float(e.get("wall_s") or 0.0) for e in ends) if end else last_elapsed),
-        time_to_green_s=_green(records),
+        accepted=sum(it.improved for it in iterations),
+        remaining_at_start=remaining_at_start,
+        remaining=remaining,
+        wall_s=sum(e.wall_s for e in run.ends) if end is not None else last_elapsed,
+        time_to_green_s=run.green_s,
         escalations=escalations,
-        cost_usd=float(end.get("cost_usd") or 0.0)
-        if end
-        else sum(float(r.get("cost_usd") or 0.0) for r in iterations),
-        draft_s=sum(r.get("draft_ms", 0.0) for r in iterations) / 1000,
-        verify_s=sum(r.get("verify_ms", 0.0) for r in iterations) / 1000,
-        overhead_s=sum(r.get("overhead_ms", 0.0) for r in iterations) / 1000,
-        baseline_s=sum(float(e.get("baseline_s") or 0.0) for e in ends),
-        gate_s=sum(r.get("duration_ms", 0.0) for r in records if r.get("type") == "gate") / 1000,
-        gate_wait_s=sum(float(e.get("gate_wait_s") or 0.0) for e in ends),
+        cost_usd=end.cost_usd if end is not None else sum(it.cost_usd for it in iterations),
+        draft_s=sum(it.draft_ms for it in iterations) / 1000,
+        verify_s=sum(it.verify_ms for it in iterations) / 1000,
+        overhead_s=sum(it.overhead_ms for it in iterations) / 1000,
+        baseline_s=sum(e.baseline_s for e in run.ends),
+        gate_s=sum(g.duration_ms for g in run.gates) / 1000,
+        gate_wait_s=sum(e.gate_wait_s for e in run.ends),
     )
 
 
-def drafter_stats(
-    runs: Iterable[Sequence[dict[str, Any]]], group_by_run: bool = False
-) -> dict[str, DrafterStats]:
-    """Improvement per step per drafter over all iterations of `runs`. Iterations where the drafter
-    proposed nothing are not steps. With `group_by_run`, a run's drafters are one group (--compare)."""
+def drafter_stats(runs: Iterable[Run], group_by_run: bool = False) -> dict[str, DrafterStats]:
+    """Improvement per step per drafter over all iterations of `runs` (an accept a background gate
+    undid removed nothing). Iterations where the drafter proposed nothing are not steps. With
+    `group_by_run`, a run's drafters are one group (--compare)."""
     stats: dict[str, DrafterStats] = {}
-    for records in runs:
-        iterations = [r for r in records if r.get("type") == "iteration"]
-        gone = undone(records)
-        run_key = "+".join(dict.fromkeys(r.get("drafter", "?") for r in iterations)) if group_by_run else None
-        for r in iterations:
-            if not r.get("candidates"):
+    for run in runs:
+        run_key = "+".join(dict.fromkeys(it.drafter for it in run.iterations)) if group_by_run else None
+        for it in run.iterations:
+            if not it.candidates:
                 continue
-            key = run_key or r.get("drafter", "?")
+            key = run_key or it.drafter
             s = stats.setdefault(key, DrafterStats(key))
-            before, after = int(r.get("remaining_before", 0)), int(r.get("remaining_after", 0))
-            if r.get("i") in gone:  # a background gate undid it: it removed nothing
-                after = before
             s.iterations += 1
-            s.error_seen += before
-            s.error_removed += max(0, before - after)
-            s.accepted += after < before
-            s.cycles_s.append(
-                (r.get("draft_ms", 0.0) + r.get("verify_ms", 0.0) + r.get("overhead_ms", 0.0)) / 1000
-            )
-            s.cost_usd += sum(c.get("cost_usd") or 0.0 for c in r.get("candidates", []))
+            s.error_seen += it.remaining_before
+            s.error_removed += it.removed
+            s.accepted += it.improved
+            s.cycles_s.append((it.draft_ms + it.verify_ms + it.overhead_ms) / 1000)
+            s.cost_usd += it.candidates_cost_usd
     return stats
 
 
-def load(paths: Iterable[Path]) -> list[tuple[Path, list[dict[str, Any]]]]:
-    return [(p, read_trace(p)) for p in trace_files(paths)]
+def load(paths: Iterable[Path]) -> list[Run]:
+    return [read_run(p) for p in trace_files(paths)]
 
 
-def report_json(loaded: Sequence[tuple[Path, list[dict[str, Any]]]], compare: bool = False) -> dict[str, Any]:
+def report_json(runs: Sequence[Run], compare: bool = False) -> dict[str, Any]:
     """The machine-readable report: a `runs` list and a `drafters` map."""
-    runs = []
-    for path, records in loaded:
-        stats = run_stats(records, str(path))
-        runs.append({**asdict(stats), "fractions": {k: round(v, 4) for k, v in stats.fractions.items()}})
-    drafters = drafter_stats((records for _, records in loaded), group_by_run=compare)
-    return {"runs": runs, "drafters": {name: s.to_json() for name, s in drafters.items()}}
+    listed = []
+    for run in runs:
+        stats = run_stats(run)
+        listed.append({**asdict(stats), "fractions": {k: round(v, 4) for k, v in stats.fractions.items()}})
+    drafters = drafter_stats(runs, group_by_run=compare)
+    return {"runs": listed, "drafters": {name: s.to_json() for name, s in drafters.items()}}
 
 
-def iteration_rows(loaded: Sequence[tuple[Path, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+def iteration_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """One flat row per iteration, for pandas and spreadsheets."""
     rows = []
-    for path, records in loaded:
-        run_id = run_stats(records, str(path)).run_id
-        gone = undone(records)
-        for r in records:
-            if r.get("type") != "iteration":
-                continue
+    for run in runs:
+        run_id = run_stats(run).run_id
+        for it in run.iterations:
             rows.append(
                 {
                     "run_id": run_id,
-                    "i": r.get("i"),
-                    "drafter": r.get("drafter"),
-                    "remaining_before": r.get("remaining_before"),
-                    "remaining_after": r.get("remaining_after"),
-                    "accepted": _improved(r, gone),
-                    "candidates": len(r.get("candidates", [])),
-                    "draft_ms": r.get("draft_ms"),
-                    "verify_ms": r.get("verify_ms"),
-                    "overhead_ms": r.get("overhead_ms"),
-                    "elapsed_s": r.get("elapsed_s"),
-                    "cost_usd": sum(c.get("cost_usd") or 0.0 for c in r.get("candidates", [])),
-                    "route_reason": (r.get("route") or {}).get("reason"),
+                    "i": it.i,
+                    "drafter": it.drafter,
+                    "remaining_before": it.remaining_before,
+                    "remaining_after": it.remaining_after,
+                    "accepted": it.improved,
+                    "candidates": len(it.candidates),
+                    "draft_ms": it.draft_ms,
+                    "verify_ms": it.verify_ms,
+                    "overhead_ms": it.overhead_ms,
+                    "elapsed_s": it.elapsed_s,
+                    "cost_usd": it.candidates_cost_usd,
+                    "route_reason": it.route_reason,
                 }
             )
     return rows

@@ -32,11 +32,11 @@ from ralph.gitops import (
     working_bytes,
 )
 from ralph.loop import Budget, Lane, Loop, RunResult
-from ralph.report import undone
 from ralph.router import create_router
 from ralph.sandboxes import hold_owner_lock, remove_owned, require_sandbox, select_sandbox, sweep_stale
 from ralph.sandboxes.workspace import Workspace
 from ralph.trace import TraceWriter, one_line, read_trace
+from ralph.trace_reader import parse_run
 from ralph.validators.background import BackgroundGate
 from ralph.validators.facts import VerifySettings
 from ralph.validators.mypy import mypy_configured
@@ -176,7 +176,7 @@ def _rejected_and_tip(records: list[dict[str, Any]]) -> tuple[frozenset[str], st
     """What a run rejected (in line or by its background gate), and its branch's tip: the last commit
     an iteration (gated in line) or a background gate wrote. The branch holds gated states only: those
     whose gate had not passed when the run stopped are not on it, and are verified again."""
-    gone = undone(records)  # states a background gate undid: rejections judged on them do not count
+    gone = parse_run(records).undone  # states a background gate undid: rejections judged on them do not count
     rejected = {
         c["fingerprint"]
         for r in records

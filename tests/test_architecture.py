@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "ralph.gitops",
         "ralph.branch",
         "ralph.trace",
+        "ralph.trace_reader",
         "ralph.config",
         "ralph.view",
     ),

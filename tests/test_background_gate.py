@@ -18,6 +18,7 @@ from ralph.config import RunConfig
 from ralph.report import run_stats
 from ralph.session import fix
 from ralph.trace import read_trace
+from ralph.trace_reader import read_run
 from ralph.validators.background import BackgroundGate
 from ralph.view import QuietView
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph
@@ -74,7 +75,7 @@ def test_what_the_gate_rejects_is_undone_and_never_reaches_the_branch(make_repo,
     assert _branch_files(repo, outcome.branch, "windows.py") == FIXED
     assert git(repo, "rev-list", "--count", f"main..{outcome.branch}").strip() == "1"
     assert gates[1]["commit"] == outcome.final_commit
-    stats = run_stats(read_trace(outcome.trace))
+    stats = run_stats(read_run(outcome.trace))
     assert stats.accepted == 1 and stats.gate_s > 0
     assert stats.time_to_green_s == gates[1]["elapsed_s"]
 
@@ -130,7 +131,7 @@ def test_states_built_on_one_whose_gate_fails_are_discarded_with_it(make_repo, t
     assert _branch_files(repo, outcome.branch, "f.py") == F_FIXED
     assert _branch_files(repo, outcome.branch, "g.py") == G_FIXED
     assert git(repo, "rev-list", "--count", f"main..{outcome.branch}").strip() == "2"
-    stats = run_stats(read_trace(outcome.trace))
+    stats = run_stats(read_run(outcome.trace))
     assert stats.accepted == 2  # the undone accepts removed nothing
 
 
@@ -261,7 +262,7 @@ def test_a_run_whose_later_state_fails_its_gate_is_never_reported_green(make_rep
     # The first gate passed while the loop stood on the second state (no error left): its record
     # says what the gated state has left, not what the ungated one claimed.
     assert gates[0]["verdict"] == "passed" and gates[0]["remaining"] == 1
-    assert run_stats(read_trace(outcome.trace)).time_to_green_s is None
+    assert run_stats(read_run(outcome.trace)).time_to_green_s is None
 
 
 def test_what_was_rejected_against_an_undone_state_may_be_verified_again(make_repo, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ralph.bench.fix import humanevalfix_files, load_tasks, naive_time_to_green, verification_per_candidate_s
+from ralph.trace_reader import parse_run
 from tests.conftest import run_ralph, write_files
 
 FIXABLE = {
@@ -82,14 +83,14 @@ def test_the_naive_loop_pays_a_full_run_per_candidate_verified_up_to_the_goal():
         },
     ]
     # 0.4 s of drafting, three candidates that reached verification (a parse failure needs no run).
-    assert naive_time_to_green(records, naive_run_s=2.0) == 0.4 + 3 * 2.0
-    assert naive_time_to_green(records[:2], naive_run_s=2.0) is None
+    assert naive_time_to_green(parse_run(records), naive_run_s=2.0) == 0.4 + 3 * 2.0
+    assert naive_time_to_green(parse_run(records[:2]), naive_run_s=2.0) is None
     # Gated beside the loop: the goal is the accept whose gate passed, whatever ran meanwhile.
     records[2] = {**records[2], "state": 1}
     gate = {"type": "gate", "iteration": 2, "verdict": "passed", "remaining": 0, "duration_ms": 500.0}
-    assert naive_time_to_green([*records, gate], naive_run_s=2.0) == 0.4 + 3 * 2.0
-    assert naive_time_to_green(records, naive_run_s=2.0) is None  # never gated: never green
-    assert verification_per_candidate_s([*records, gate]) == 0.5 / 4
+    assert naive_time_to_green(parse_run([*records, gate]), naive_run_s=2.0) == 0.4 + 3 * 2.0
+    assert naive_time_to_green(parse_run(records), naive_run_s=2.0) is None  # never gated: never green
+    assert verification_per_candidate_s(parse_run([*records, gate])) == 0.5 / 4
 
 
 def test_a_directory_of_projects_is_a_task_suite(tmp_path):
@@ -136,7 +137,7 @@ def test_the_templates_are_counted_from_the_traces():
             {"type": "gate", "verdict": "rejected", "fingerprint": "f1", "discarded": [2]},
         ],
     ]
-    assert template_stats(traces) == {
+    assert template_stats([parse_run(t) for t in traces]) == {
         "add_return": {"verified": 1, "accepted": 1, "r": 1.0},
         "compare_flip": {"verified": 2, "accepted": 1, "r": 0.5},
         "drop_arg": {"verified": 1, "accepted": 0, "r": 0.0},
@@ -144,8 +145,38 @@ def test_the_templates_are_counted_from_the_traces():
     }
 
 
+def test_an_edit_accepted_again_after_its_state_was_discarded_counts_as_an_accept():
+    """Undone is a property of a state, not of an edit: state 3 (built on 2, whose gate failed) is
+    discarded, then the loop, back on state 1, accepts the same edit as 4 and its gate passes. That
+    accept counts; one whose gate never reported (the run was killed) does not."""
+    from ralph.bench.fix import template_stats
+
+    def accepted(i: int, operator: str, fingerprint: str) -> dict:
+        candidate = {"meta": {"operator": operator}, "verdict": "accepted", "fingerprint": fingerprint}
+        return {"type": "iteration", "i": i, "state": i, "remaining_before": 2, "remaining_after": 1,
+                "candidates": [candidate]}  # fmt: skip
+
+    def gate(state: int, verdict: str, discarded: list[int]) -> dict:
+        return {"type": "gate", "state": state, "iteration": state, "verdict": verdict,
+                "fingerprint": f"f{state}", "remaining": 1, "discarded": discarded}  # fmt: skip
+
+    trace = [
+        accepted(2, "drop_arg", "f2"),
+        accepted(3, "wrap_abs", "f3"),
+        gate(2, "rejected", [3]),
+        accepted(4, "wrap_abs", "f3"),
+        gate(4, "passed", []),
+        accepted(5, "add_return", "f5"),  # killed before its gate reported
+    ]
+    assert template_stats([parse_run(trace)]) == {
+        "wrap_abs": {"verified": 2, "accepted": 1, "r": 0.5},  # was 0 accepted: undone by fingerprint
+        "add_return": {"verified": 1, "accepted": 0, "r": 0.0},  # was 1: never gated, never on the branch
+        "drop_arg": {"verified": 1, "accepted": 0, "r": 0.0},
+    }
+
+
 def test_every_state_a_background_gate_rejected_is_reported_as_caught(tmp_path):
-    from ralph.bench.fix import gate_catches
+    from ralph.bench.fix import gate_catches, task_runs
 
     records = [
         {"type": "gate", "state": 1, "verdict": "passed", "reason": "gate passed"},
@@ -160,6 +191,6 @@ def test_every_state_a_background_gate_rejected_is_reported_as_caught(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in records))
     results = [{"task": "t", "trace": str(trace)}, {"task": "gone", "trace": str(tmp_path / "none.jsonl")}]
-    assert gate_catches(results) == [
+    assert gate_catches(task_runs(results)) == [
         {"task": "t", "state": 2, "reason": "background gate: breaks tests/t.py::a"}
     ]

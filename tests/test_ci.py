@@ -145,3 +145,28 @@ def test_the_action_and_the_example_workflow_run_ralph_ci():
     workflow = yaml.safe_load((root / "examples" / "github" / "ralph-on-failure.yml").read_text())
     job_steps = workflow["jobs"]["test"]["steps"]
     assert any("failure()" in str(step.get("if", "")) for step in job_steps)
+
+
+def test_the_summary_lists_only_the_changes_that_reached_the_branch(tmp_path):
+    """An edit accepted on its targeted stages and then undone by its background gate is not on the
+    pushed branch: the summary does not say it was changed."""
+    from ralph.ci import markdown_summary
+
+    def accepted(i: int, description: str, **extra: object) -> dict:
+        candidate = {"verdict": "accepted", "description": description, "drafter": "fast", "diff": f"+{i}\n"}
+        return {"type": "iteration", "i": i, "remaining_before": 1, "remaining_after": 0,
+                "candidates": [candidate], **extra}  # fmt: skip
+
+    records = [
+        {"type": "run_start", "baseline": {"remaining": 1, "score": {"failing_targets": ["t.py::a"]}}},
+        accepted(1, "breaks another test", state=1),
+        {"type": "gate", "state": 1, "iteration": 1, "verdict": "rejected", "remaining": 1, "discarded": []},
+        accepted(2, "the real fix"),
+        {"type": "run_end", "outcome": "goal", "iterations": 2, "remaining_at_start": 1, "remaining": 0},
+    ]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = markdown_summary(trace, "ralph/ci-x", "origin")
+    assert "- the real fix (fast)" in summary and "breaks another test" not in summary
+    assert "+2" in summary and "+1\n" not in summary
+    assert "| 2 | 1 → 0 | 0.0 s | $0.0000 |" in summary

@@ -365,6 +365,7 @@ def test_a_file_without_a_final_newline_and_with_a_bom_keeps_both(make_repo, tmp
 
 def test_report_on_a_resumed_trace_gives_the_last_segments_outcome_and_totals(tmp_path):
     from ralph.report import run_stats
+    from ralph.trace_reader import parse_run
 
     def iteration(i: int, before: int, after: int) -> dict:
         return {
@@ -386,7 +387,7 @@ def test_report_on_a_resumed_trace_gives_the_last_segments_outcome_and_totals(tm
         iteration(2, 1, 0),
         {"type": "run_end", "outcome": "goal", "wall_s": 3.0, "remaining": 0},
     ]
-    stats = run_stats(records)
+    stats = run_stats(parse_run(records))
     assert (stats.outcome, stats.iterations, stats.accepted, stats.remaining_at_start) == ("goal", 2, 2, 2)
     assert stats.wall_s == 8.0 and stats.remaining == 0
 

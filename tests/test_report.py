@@ -10,6 +10,7 @@ import pytest
 
 from ralph.report import drafter_stats, report_json, run_stats
 from ralph.trace import TraceWriter
+from ralph.trace_reader import parse_run
 from tests.conftest import run_ralph
 
 
@@ -47,7 +48,7 @@ HAND = [
 
 
 def test_r_is_error_removed_over_error_faced_per_drafter():
-    stats = drafter_stats([HAND])
+    stats = drafter_stats([parse_run(HAND)])
     assert stats["fast"].error_seen == 4 + 4 + 3 + 1 and stats["fast"].error_removed == 2
     assert stats["fast"].r == pytest.approx(2 / 12)
     assert stats["deep"].r == pytest.approx(2 / 3)
@@ -56,7 +57,7 @@ def test_r_is_error_removed_over_error_faced_per_drafter():
 
 
 def test_run_breakdown_time_to_green_and_escalations():
-    run = run_stats(HAND)
+    run = run_stats(parse_run(HAND))
     assert (run.outcome, run.iterations, run.accepted, run.escalations) == ("goal", 5, 3, 1)
     assert run.time_to_green_s == pytest.approx(2.5)
     assert run.draft_s == pytest.approx(5.4) and run.verify_s == pytest.approx(1.5)
@@ -78,11 +79,11 @@ def simulated_run(r: float, errors: int, rng: random.Random) -> list[dict]:
 def test_r_recovers_the_rate_of_simulated_runs(true_r):
     rng = random.Random(7)
     runs = [simulated_run(true_r, 20, rng) for _ in range(60)]
-    assert drafter_stats(runs)["sim"].r == pytest.approx(true_r, abs=0.03)
+    assert drafter_stats([parse_run(r) for r in runs])["sim"].r == pytest.approx(true_r, abs=0.03)
 
 
 def test_a_killed_run_is_reported_unfinished():
-    assert run_stats(HAND[:-1]).outcome == "unfinished"
+    assert run_stats(parse_run(HAND[:-1])).outcome == "unfinished"
 
 
 def write_trace(path, records):
@@ -109,7 +110,9 @@ def test_report_command_json_csv_and_plot(tmp_path):
 
 def test_compare_groups_runs_by_their_drafters(tmp_path):
     other = [r if r["type"] != "iteration" else {**r, "drafter": "solo"} for r in HAND]
-    data = report_json([(tmp_path / "a", HAND), (tmp_path / "b", other)], compare=True)
+    data = report_json(
+        [parse_run(HAND, str(tmp_path / "a")), parse_run(other, str(tmp_path / "b"))], compare=True
+    )
     assert set(data["drafters"]) == {"fast+deep", "solo"}
 
 
@@ -119,8 +122,6 @@ def test_report_of_nothing_is_a_one_line_error(tmp_path):
 
 
 def test_progress_counts_a_state_once_its_gate_passed():
-    from ralph.report import gated_progress
-
     records = [
         {"type": "run_start"},
         {
@@ -152,7 +153,8 @@ def test_progress_counts_a_state_once_its_gate_passed():
         {"type": "gate", "iteration": 2, "verdict": "passed", "remaining": 1, "elapsed_s": 3.5},
         {"type": "gate", "iteration": 3, "verdict": "rejected", "remaining": 1, "elapsed_s": 4.0},
     ]
-    steps, times = gated_progress(records)
+    run = parse_run(records)
+    steps, times = list(run.steps), list(run.times)
     assert steps == [3, 2, 2, 1]  # the provisional accepts count when (and if) their gate passes
     assert times == [(0.0, 3), (1.0, 2), (2.0, 2), (3.0, 2), (3.5, 1)]
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from ralph.domain.candidate import PROTECTED_TESTS, is_protected
 from ralph.domain.errors import RalphError
-from ralph.report import drafter_stats, reached_zero_in_line, run_stats
-from ralph.trace import read_trace
+from ralph.report import drafter_stats, run_stats
+from ralph.trace_reader import Run, TracedIteration, read_run
 
 _GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
 
@@ -163,7 +163,8 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
         # ...except isolation: only the bench's own settings (or RALPH_NO_SANDBOX) may turn it off.
         settings = settings.model_copy(update={"sandbox": load_config(root / "no-such-dir", config).sandbox})
         outcome = fix(repo, settings, view=QuietView(notices=False), trace_path=trace)
-        python = next((r.get("python") for r in read_trace(trace) if r["type"] == "run_start"), None)
+        start = read_run(trace).start
+        python = start.python if start is not None else None
         naive_s = _naive_run_s(repo, python, limit_s=max(5.0, 2 * outcome.baseline_s))
         return {
             "task": task.name,
@@ -193,42 +194,28 @@ def _naive_run_s(repo: Path, python: str | None, limit_s: float) -> float | None
     return took
 
 
-def _green_iteration(records: list[dict[str, Any]]) -> int | None:
-    """The iteration whose accept reached the goal: gated in line, or by a background gate."""
-    for record in records:
-        if record["type"] == "gate" and record.get("verdict") == "passed" and record.get("remaining") == 0:
-            return int(record["iteration"])
-        if record["type"] == "iteration" and reached_zero_in_line(record):
-            return int(record["i"])
-    return None
-
-
-def naive_time_to_green(records: list[dict[str, Any]], naive_run_s: float) -> float | None:
+def naive_time_to_green(run: Run, naive_run_s: float) -> float | None:
     """The naive loop on the same candidate stream: the same drafting, then one full test run per
     candidate that reached verification, up to the accept that reached the goal; None if none did."""
-    green = _green_iteration(records)
+    green = run.green_iteration
     if green is None:
         return None
-    draft_s, verified = 0.0, 0
-    for record in records:
-        if record["type"] == "iteration" and record["i"] <= green:
-            draft_s += record.get("draft_ms", 0.0) / 1000
-            verified += _verified(record)
-    return draft_s + verified * naive_run_s
+    reached = [it for it in run.iterations if it.i <= green]
+    return sum(it.draft_ms / 1000 for it in reached) + sum(_verified(it) for it in reached) * naive_run_s
 
 
-def _verified(record: dict[str, Any]) -> int:
-    return sum(bool(c.get("stages")) for c in record.get("candidates", []))
+def _verified(iteration: TracedIteration) -> int:
+    return sum(c.verified for c in iteration.candidates)
 
 
-def verification_per_candidate_s(records: list[dict[str, Any]]) -> float | None:
+def verification_per_candidate_s(run: Run) -> float | None:
     """All verification time (each candidate's synchronous stages and every background gate) over
     the candidates that reached verification."""
-    verified = sum(_verified(r) for r in records if r["type"] == "iteration")
+    verified = sum(_verified(it) for it in run.iterations)
     if not verified:
         return None
-    sync = sum(r.get("verify_ms", 0.0) for r in records if r["type"] == "iteration")
-    gates = sum(r.get("duration_ms", 0.0) for r in records if r["type"] == "gate")
+    sync = sum(it.verify_ms for it in run.iterations)
+    gates = sum(g.duration_ms for g in run.gates)
     return (sync + gates) / 1000 / verified
 
 
@@ -259,19 +246,17 @@ def bench_fix(
     return summarize(results, out)
 
 
-def _naive_ratios(results: list[dict[str, Any]]) -> dict[str, float]:
+def _naive_ratios(read: list[tuple[dict[str, Any], Run]]) -> dict[str, float]:
     """Per task that reached the goal: naive time-to-green / ours (also written into its result)."""
     ratios = {}
-    for result in results:
-        path = Path(result["trace"])
-        if result.get("naive_run_s") is None or not path.exists():
+    for result, run in read:
+        if result.get("naive_run_s") is None:
             continue
-        records = read_trace(path)
-        ours = run_stats(records).time_to_green_s
-        naive = naive_time_to_green(records, result["naive_run_s"])
+        ours = run.green_s
+        naive = naive_time_to_green(run, result["naive_run_s"])
         if ours and naive is not None:
             ratios[result["task"]] = result["naive_ratio"] = round(naive / ours, 2)
-        per_candidate = verification_per_candidate_s(records)
+        per_candidate = verification_per_candidate_s(run)
         if per_candidate:
             result["verify_per_candidate_s"] = round(per_candidate, 4)
             result["per_candidate_ratio"] = round(result["naive_run_s"] / per_candidate, 2)
@@ -285,27 +270,22 @@ def _spread(name: str, values: list[float]) -> dict[str, float | None]:
     }
 
 
-def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+def template_stats(runs: list[Run]) -> dict[str, dict[str, float]]:
     """Per kind of edit (a candidate's `meta.operator`, the offline drafter's template): candidates
     verified, accepted (an accept its background gate undid does not count), and r, accepted over
     verified: which bug kinds the templates handle."""
     counts: dict[str, list[int]] = {}
-    for trace in traces:
-        failed = [r for r in trace if r["type"] == "gate" and r.get("verdict") != "passed"]
-        undone = {r.get("fingerprint") for r in failed}
-        discarded = {s for r in failed for s in r.get("discarded") or ()}  # built on an undone state
-        for record in trace:
-            if record["type"] == "iteration" and record.get("state") in discarded:
-                undone |= {
-                    c.get("fingerprint") for c in record.get("candidates", ()) if c["verdict"] == "accepted"
-                }
-            for candidate in record.get("candidates", ()) if record["type"] == "iteration" else ():
-                operator = (candidate.get("meta") or {}).get("operator")
-                if operator is None or candidate.get("failed_stage") == "policy":
+    for run in runs:
+        for iteration in run.iterations:
+            kept = iteration.kept
+            for candidate in iteration.candidates:
+                if candidate.operator is None or candidate.failed_stage == "policy":
                     continue
-                seen = counts.setdefault(str(operator), [0, 0])
+                if candidate.verdict is None:
+                    raise RalphError(f"{run.source}: a candidate without a verdict: not a ralph trace")
+                seen = counts.setdefault(candidate.operator, [0, 0])
                 seen[0] += 1
-                seen[1] += candidate["verdict"] == "accepted" and candidate.get("fingerprint") not in undone
+                seen[1] += candidate in kept
     return {
         op: {"verified": n, "accepted": k, "r": round(k / n, 4)}
         for op, (n, k) in sorted(counts.items(), key=lambda item: (-item[1][1], item[0]))
@@ -314,10 +294,7 @@ def template_stats(traces: list[list[dict[str, Any]]]) -> dict[str, dict[str, fl
 
 def learn_priors(paths: list[Path]) -> dict[str, Any]:
     """What `template_priors.json` holds: each template's tries and accepts over these traces."""
-    try:
-        stats = template_stats([read_trace(p) for p in paths])
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise RalphError(f"not ralph traces (a record lacks or garbles {exc}): {paths[0]} ...") from None
+    stats = template_stats([read_run(p) for p in paths])
     if not stats:
         raise RalphError("no candidate of a template in these traces: nothing to learn priors from")
     return {
@@ -326,26 +303,29 @@ def learn_priors(paths: list[Path]) -> dict[str, Any]:
     }
 
 
-def gate_catches(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def gate_catches(read: list[tuple[dict[str, Any], Run]]) -> list[dict[str, Any]]:
     """Every state a background gate rejected: a regression (or a run with no verdict) that the
     targeted stages let through, since they judge only what the state failed. The gate is the
     oracle; this is the recall the targeted stages would have without it."""
-    caught = []
-    for result in results:
-        path = Path(result["trace"])
-        for record in read_trace(path) if path.exists() else ():
-            if record["type"] == "gate" and record.get("verdict") == "rejected":
-                caught.append(
-                    {"task": result["task"], "state": record.get("state"), "reason": record.get("reason")}
-                )
-    return caught
+    return [
+        {"task": result["task"], "state": gate.state, "reason": gate.reason}
+        for result, run in read
+        for gate in run.gates
+        if gate.verdict == "rejected"
+    ]
+
+
+def task_runs(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Run]]:
+    """Each task's result with its run, for the tasks that left a trace."""
+    return [(r, read_run(Path(r["trace"]))) for r in results if Path(r["trace"]).exists()]
 
 
 def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
-    traces = [read_trace(Path(r["trace"])) for r in results if Path(r["trace"]).exists()]
+    read = task_runs(results)
+    traces = [run for _, run in read]
     runs = [run_stats(t) for t in traces]
     greens = [r.time_to_green_s for r in runs if r.time_to_green_s is not None]
-    ratios = _naive_ratios(results)
+    ratios = _naive_ratios(read)
     wall = sum(r.wall_s for r in runs) or 1e-9
     fixed = sum(r["outcome"] == "goal" for r in results)
     summary = {
@@ -377,7 +357,7 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
             ),
             "gate_beside": round(sum(r.gate_s for r in runs) / wall, 4),
         },
-        "gate_caught": gate_catches(results),
+        "gate_caught": gate_catches(read),
         "results": sorted(results, key=lambda r: r["task"]),
         "traces": str(out / "traces"),
     }
