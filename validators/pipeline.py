@@ -33,7 +33,7 @@ from ralph.validators.facts import BaselineFacts, Budgets, VerifySettings
 from ralph.validators.guard import EditPolicy
 from ralph.validators.impact import TestImpact
 from ralph.validators.localize import scored_lines
-from ralph.validators.plan import STAGES, Entry, Plan
+from ralph.validators.plan import STAGES, Entry, Plan, check
 from ralph.validators.pytest_run import gate_tests
 from ralph.validators.stages import Attempt, Context, Reset, Step, run_sequence
 from ralph.validators.toolchain import Toolchain
@@ -53,7 +53,9 @@ class Verifier:
         impact: TestImpact | None = None,
     ) -> None:
         self.settings = settings = settings or VerifySettings()
+        check(registry)  # (before any validator starts a process)
         self.registry = registry
+        self._derived = False  # a lane's verifier or a gate was built from this one's facts
         self.guard = EditPolicy(toolchain, settings)
         self.facts = facts or BaselineFacts(protected=self.guard.protected)
         self.tools = Tools.build(toolchain, settings, self.facts.protected, self.facts)
@@ -73,20 +75,26 @@ class Verifier:
         return measured.observation, measured.stages
 
     def rebase(self, observation: Observation) -> None:
-        """Score against `observation` (a resumed run's original starting state) from now on."""
+        """Score against `observation` (a resumed run's original starting state) from now on: before
+        any lane or gate is built from this verifier (they share its facts as they were)."""
+        if self._derived:
+            raise RuntimeError("rebase after a lane or a gate was built from this verifier")
         self.facts = replace(self.facts, observation=observation)
 
     def sibling(self, toolchain: Toolchain) -> Verifier:
         """A verifier for another copy of the accepted state (a lane candidates are verified on in
         parallel): its own tools, warm worker and type checker on `toolchain`, the same facts (nothing
         is run again) and a copy of the test-impact index."""
+        self._derived = True
         return Verifier(
             toolchain, self.settings, registry=self.registry, facts=self.facts, impact=self.impact
         )
 
     def beside(self, toolchain: Toolchain) -> tuple[Context, tuple[Step, ...], Tools]:
         """What a gate beside the loop runs on `toolchain`'s copy: a context with its own test runner
-        and checks (this verifier's facts), the gate's steps, and those tools."""
+        and checks (this verifier's facts, a copy of its test-impact index), the gate's steps, and
+        those tools. (Its other validators are the loop's: no gate stage uses them.)"""
+        self._derived = True
         settings = self.settings
         tools = replace(
             self.tools,
@@ -95,7 +103,9 @@ class Verifier:
             checks=CommandValidator(toolchain, list(settings.checks), settings.check_paths),
         )
         tools.gate.trusted, tools.gate.known = self.guard.trusted(self.protected), self.facts.harness_known
-        return self._context(tools), Plan.gate_for(tools, self.registry), tools
+        impact = self.impact.copy(toolchain, self.is_test_file)
+        context = Context(tools, self.facts, self.budgets, impact, settings)
+        return context, Plan.gate_for(tools, self.registry), tools
 
     @property
     def protected(self) -> tuple[str, ...]:

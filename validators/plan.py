@@ -92,9 +92,7 @@ class Plan:
 
     @classmethod
     def build(cls, tools: Tools, background: bool, registry: Sequence[Entry] = STAGES) -> Plan:
-        unknown = {e.step for e in registry} - set(STEPS)
-        if unknown:
-            raise ValueError(f"stages registered for no step: {', '.join(sorted(unknown))}")
+        check(registry)
         steps = {
             name: replace(step, stages=tuple(e.make(tools) for e in registry if e.step == name))
             for name, step in STEPS.items()
@@ -106,11 +104,18 @@ class Plan:
 
     @staticmethod
     def gate_for(tools: Tools, registry: Sequence[Entry] = STAGES) -> tuple[Step, ...]:
-        """The gate's steps on another copy's test runner and checks (the background gate's)."""
+        """The gate's steps on another copy's test runner and checks (the background gate's): a stage
+        of the gate steps uses `tools.gate` and `tools.checks` alone, the copy's own."""
         return tuple(
             replace(STEPS[name], stages=tuple(e.make(tools) for e in registry if e.step == name))
             for name in GATE
         )
+
+
+def check(registry: Sequence[Entry]) -> None:
+    """Every entry names a step of the plan (checked before any validator starts)."""
+    if unknown := {e.step for e in registry} - set(STEPS):
+        raise ValueError(f"stages registered for no step: {', '.join(sorted(unknown))}")
 
 
 def _detection(tools: Tools) -> tuple[Step, ...]:
