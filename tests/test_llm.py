@@ -19,7 +19,8 @@ from ralph.domain.candidate import PROTECTED_TESTS, Candidate, FileChange
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext, Drafter
 from ralph.domain.results import TestResult
-from ralph.drafters.llm import REPAIR_PROMPT, REPEATED, LLMDrafter, create_llm_drafter
+from ralph.drafters.llm import REPEATED, LLMDrafter, create_llm_drafter
+from ralph.edits.search_replace import REPAIR_PROMPT
 from ralph.redact import MASK, is_secret_name, redact
 from tests.llm_server import FakeModelServer
 

@@ -21,6 +21,7 @@ torch and transformers are an optional extra, imported only when a model is load
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import json
 from collections.abc import Iterator, Sequence
@@ -33,7 +34,7 @@ from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
 from ralph.drafters.queue import CandidateQueue
-from ralph.edits import EditError, apply_search_replace, parse_search_replace, read_for_edit
+from ralph.edits import changes_from_reply, read_for_edit, search_replace
 from ralph.sandboxes.workspace import read_text_beneath
 
 if TYPE_CHECKING:
@@ -43,17 +44,6 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = "the diffusion drafter needs `pip install 'ralph-loop[diffusion]'`"
 MAX_BODY_LINES = 20  # longer function bodies are not infilled whole: too many tokens to guess at once
-
-CHAT_INSTRUCTION = """\
-# Answer format
-Fix the code so that the failing checks pass. Answer only with SEARCH/REPLACE blocks, one per change:
-the file path on its own line, then
-
-<<<<<<< SEARCH
-exact existing lines
-=======
-new lines
->>>>>>> REPLACE"""
 
 
 @dataclass(frozen=True)
@@ -510,12 +500,8 @@ class DiffusionDrafter:
                 tokens=tokens,
                 meta={"mode": "chat", "answer": text, **_stats_meta(decodes.stats)},
             )
-            try:
-                changes = edits_from_answer(context, text)
-            except EditError as err:
-                yield replace(base, error=str(err))
-                continue
-            yield replace(base, changes=changes)
+            changes, error = edits_from_answer(context, text)
+            yield replace(base, changes=changes, error=error)
 
     def _answers(self, context: DraftContext, *, greedy: bool) -> _Decodes | None:
         """Decode a batch of chat answers to the rendered context; None when the prompt can't fit."""
@@ -524,13 +510,13 @@ class DiffusionDrafter:
         lm, options = self.lm, self.options
         room = lm.max_context - options.answer_tokens
         body = render(context)
-        prompt = lm.chat_prompt(f"{body}\n\n{CHAT_INSTRUCTION}")
+        prompt = lm.chat_prompt(f"{body}\n\n{search_replace.CHAT_INSTRUCTION}")
         if len(prompt) > room:
             # Cut the end of the context (tried attempts come last), keeping the template and the
             # instruction; a margin absorbs tokenization differences at the cut.
             ids = lm.encode(body)
             body = lm.text(ids[: max(0, len(ids) - (len(prompt) - room) - 16)])
-            prompt = lm.chat_prompt(f"{body}\n\n{CHAT_INSTRUCTION}")
+            prompt = lm.chat_prompt(f"{body}\n\n{search_replace.CHAT_INSTRUCTION}")
             if len(prompt) > room:
                 return None
         rows = options.chat_samples
@@ -554,25 +540,16 @@ class DiffusionDrafter:
         return _Decodes(answers, result.stats)
 
 
-def edits_from_answer(context: DraftContext, answer: str) -> tuple[FileChange, ...]:
-    """The file changes a SEARCH/REPLACE answer makes to the project; EditError (said for the model)
-    when it has no blocks, touches a protected path, does not apply, or changes nothing."""
-    edits = parse_search_replace(answer)
-    if not edits:
-        raise EditError(f"the answer has no SEARCH/REPLACE blocks\n\n{CHAT_INSTRUCTION}")
-    protected = sorted({e.path for e in edits if is_protected(e.path, context.protected)})
-    if protected:
-        raise EditError(f"{', '.join(protected)} must not be edited; change the code under test instead")
-    files: dict[str, str] = {}
-    for path in dict.fromkeys(e.path for e in edits):
-        text = _project_file(context.project, path)
-        if text is not None:
-            files[path] = text
-    new = apply_search_replace(files, edits)
-    changes = tuple(FileChange(p, files.get(p), new[p]) for p in sorted(new) if files.get(p) != new[p])
-    if not changes:
-        raise EditError("the SEARCH/REPLACE blocks change nothing; the REPLACE lines must differ")
-    return changes
+def edits_from_answer(context: DraftContext, answer: str) -> tuple[tuple[FileChange, ...], str | None]:
+    """The file changes a SEARCH/REPLACE answer makes to the project (`changes_from_reply`), or an
+    error for the model when it has no blocks, touches a protected path, does not apply, or changes
+    nothing."""
+    return changes_from_reply(
+        answer,
+        functools.partial(read_for_edit, context.project),
+        formats=("search-replace",),
+        protected=context.protected,
+    )
 
 
 def infill_spans(
@@ -613,11 +590,6 @@ def _function_body(source: str, snippet: Snippet) -> tuple[int, int] | None:
             if (start, node.end_lineno) == (snippet.start, snippet.end) and node.body[0].lineno > node.lineno:
                 return node.body[0].lineno, node.end_lineno
     return None
-
-
-def _project_file(project: Path, path: str) -> str | None:
-    """A file's text, None when it does not exist; EditError for files an edit may not go through."""
-    return read_for_edit(project, path)
 
 
 def _parses(source: str) -> bool:

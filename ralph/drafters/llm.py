@@ -38,61 +38,21 @@ from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
 from ralph.edits import (
+    FORMATS,
     EditError,
-    apply_function_replacement,
-    apply_search_replace,
-    apply_unified_diff,
+    Format,
+    changes_from_reply,
     function_blocks,
-    parse_function_blocks,
-    parse_search_replace,
-    parse_unified_diff,
+    functions,
     read_for_edit,
+    search_replace,
 )
 from ralph.redact import redact
-
-SYSTEM_PROMPT = """\
-You are an expert software engineer. You fix the bug that makes the failing checks fail, with the \
-smallest correct change to the code under test.
-
-Answer with one line that says what the fix is, then one SEARCH/REPLACE block per change:
-
-path/to/file.py
-```python
-<<<<<<< SEARCH
-the exact lines to change, copied from the current file
-=======
-the lines to put in their place
->>>>>>> REPLACE
-```
-
-Rules:
-- Put the file's path, relative to the project root, alone on the line before each block's fence.
-- SEARCH must be a copy of lines of the current file, without the line numbers shown in the prompt, \
-and long enough to match exactly one place.
-- Change only what the fix needs; do not reformat, rename or reorder other code.
-- Never edit test files: fix the code they test.
-- To create a new file, leave SEARCH empty.
-"""
 
 # The edit formats a chat model is asked for: SEARCH/REPLACE blocks (any change, any file), or the
 # whole corrected function in one fence (what small models manage: SmolLM2-135M answered the long
 # SEARCH/REPLACE prompt with empty fences, and a short function prompt with the function).
 PROMPTS = ("search-replace", "function")
-
-FUNCTION_SYSTEM_PROMPT = "You fix bugs in Python code. You answer with code only."
-
-REPAIR_PROMPT = """\
-# Build on the latest attempt
-The last attempt listed above is the most recent one; its change has been undone, so the code shown \
-above is the current code. Repair that attempt rather than starting over: keep what it got right, fix \
-what its rejection says, and do not send it again unchanged. Write SEARCH sections against the current \
-code."""
-
-NO_EDIT = (
-    "the reply contains no edit. Answer with one line saying what the fix is, then SEARCH/REPLACE "
-    "blocks, each written as:\npath/to/file.py\n```python\n<<<<<<< SEARCH\nexact existing lines\n"
-    "=======\nnew lines\n>>>>>>> REPLACE\n```"
-)
 
 REPEATED = (
     "every draft repeated an edit that was already rejected; propose a different fix, guided by why "
@@ -494,10 +454,8 @@ class LLMDrafter:
         """The candidate a chat reply proposes, or one whose error tells the model what to fix."""
         meta = self._meta(completion)
         summary = _summary(completion.text)
-        try:
-            changes = _changes(context, completion.text)
-        except EditError as err:
-            error = _for_model(err)
+        changes, error = _changes(context, completion.text)
+        if error is not None:
             if completion.finish_reason == "length":
                 error += "\n(The reply was cut off at the token limit: send shorter edits.)"
             elif completion.finish_reason == "timeout":
@@ -553,8 +511,8 @@ def create_llm_drafter(model: str, **options: Any) -> LLMDrafter:
 def _messages(context: DraftContext) -> list[dict[str, str]]:
     prompt = render(context)
     if context.attempts:
-        prompt += "\n\n" + REPAIR_PROMPT
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+        prompt += "\n\n" + search_replace.REPAIR_PROMPT
+    return [{"role": "system", "content": search_replace.SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
 
 
 def _function_messages(context: DraftContext) -> list[dict[str, str]] | None:
@@ -574,9 +532,9 @@ def _function_messages(context: DraftContext) -> list[dict[str, str]] | None:
         parts.append(
             f"This attempt was rejected ({context.attempts[-1][1][:200]}):\n```diff\n{context.attempts[-1][0][:800]}\n```"
         )
-    parts.append("Write the whole corrected function in one ```python block.")
+    parts.append(functions.INSTRUCTION)
     return [
-        {"role": "system", "content": FUNCTION_SYSTEM_PROMPT},
+        {"role": "system", "content": functions.SYSTEM_PROMPT},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
 
@@ -684,85 +642,24 @@ def _summary(reply: str) -> str:
     return ""
 
 
-def _changes(context: DraftContext, reply: str) -> tuple[FileChange, ...]:
-    """The file changes a reply's SEARCH/REPLACE blocks make (or, failing those, its unified diff,
-    or its corrected whole functions)."""
-    new: dict[str, str | None]
-    edits = parse_search_replace(reply)
-    if edits:
-        current = _current(context, [edit.path for edit in edits])
-        new = dict(apply_search_replace({p: c for p, c in current.items() if c is not None}, edits))
-    elif patches := parse_unified_diff(reply):
-        current = _current(context, [p for patch in patches for p in (patch.path, patch.old_path) if p])
-        new = apply_unified_diff({p: c for p, c in current.items() if c is not None}, patches)
-    else:
-        current, new = _whole_functions(context, reply)
-    changes = tuple(FileChange(path, current.get(path), new[path]) for path in sorted(new))
-    changes = tuple(change for change in changes if change.before != change.after)
-    if not changes:
-        raise EditError(
-            "the edit leaves every file as it is; change the code so that the failing checks pass"
-        )
-    return changes
+def _changes(
+    context: DraftContext, reply: str, formats: tuple[Format, ...] = FORMATS
+) -> tuple[tuple[FileChange, ...], str | None]:
+    """The file changes a reply makes to the project (`changes_from_reply`), or an error for the model."""
+    return changes_from_reply(
+        reply,
+        functools.partial(read_for_edit, context.project),
+        formats=formats,
+        protected=context.protected,
+        suspicious=[path for path, _ in context.suspicious],
+    )
 
 
 def _answered(context: DraftContext, text: str) -> bool:
     """Whether a reply read so far holds an answer to the function prompt: a fenced function that
     changes a function of the suspicious files (the test shown back, a helper, or the function as it
     is, is none: the stream goes on)."""
-    if not function_blocks(text):
-        return False
-    try:
-        current, new = _whole_functions(context, text)
-    except EditError:
-        return False
-    return any(current.get(path) != after for path, after in new.items())
-
-
-def _whole_functions(
-    context: DraftContext, reply: str
-) -> tuple[dict[str, str | None], dict[str, str | None]]:
-    """A reply of corrected whole functions (no SEARCH/REPLACE, no diff): each replaces the function
-    of its name in the most suspicious file that has one."""
-    paths = [
-        p
-        for p in dict.fromkeys(path for path, _ in context.suspicious)
-        if not is_protected(p, context.protected)
-    ]
-    current = {p: text for p in paths if (text := read_for_edit(context.project, p)) is not None}
-    replacements = parse_function_blocks(reply, current)
-    if not replacements:
-        raise EditError(NO_EDIT)
-    files = dict(current)
-    for edit in replacements:
-        files.update(apply_function_replacement(files, edit))
-    return dict(current), dict(files)
-
-
-def _current(context: DraftContext, paths: list[str]) -> dict[str, str | None]:
-    """The current contents of the paths an edit touches (None: no such file), after refusing
-    protected paths and paths that leave the project."""
-    current: dict[str, str | None] = {}
-    for path in dict.fromkeys(paths):
-        if is_protected(path, context.protected):
-            raise EditError(
-                f"{path} is protected (tests and other protected files must not be edited); change the "
-                "code under test instead"
-            )
-        current[path] = read_for_edit(context.project, path)
-    return current
-
-
-def _for_model(err: EditError) -> str:
-    message = str(err)
-    if err.partial is not None:
-        # apply_search_replace ends with "N other blocks applied fine; don't resend them", which holds in
-        # a chat; here a reply is kept whole or not at all, so the next reply must carry them again.
-        message = message.rsplit("\n\n", 1)[0] + (
-            "\n\nThe other blocks applied, but a reply is only used when all of it applies: send every "
-            "block again, with these fixed."
-        )
-    return message
+    return bool(function_blocks(text)) and _changes(context, text, ("function",))[1] is None
 
 
 def _fim_hole(context: DraftContext) -> _Hole | None:

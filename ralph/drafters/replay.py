@@ -7,23 +7,15 @@ Each line is an object with a `description` and one of: `files` ({path: new cont
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
-from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.candidate import Candidate
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
-from ralph.edits import (
-    EditError,
-    SearchReplace,
-    apply_search_replace,
-    apply_unified_diff,
-    parse_search_replace,
-    parse_unified_diff,
-    read_for_edit,
-    validate_edit_path,
-)
+from ralph.edits import Format, Reply, SearchReplace, changes_from_reply, read_for_edit
 
 
 class ReplayDrafter:
@@ -57,24 +49,23 @@ class ReplayDrafter:
         return out
 
     def _candidate(self, record: dict[str, Any], project: Path) -> Candidate:
+        """The recorded edit as a candidate. Protected paths are not refused here: a replay reproduces
+        what was recorded, hostile edits included, so that the verifier's own defenses are tested."""
         description = str(record.get("description", f"replayed edit {self._next + 1}"))
-        try:
-            new = _new_contents(record, project)
-            paths = sorted(new)
-            current = {p: _read(project, p) for p in paths}
-            changes = tuple(FileChange(p, current[p], new[p]) for p in paths if current[p] != new[p])
-        except EditError as exc:
-            return Candidate(self.name, description, (), error=str(exc))
-        return Candidate(self.name, description, changes)
+        reply, formats = _reply(record)
+        changes, error = changes_from_reply(reply, functools.partial(read_for_edit, project), formats=formats)
+        return Candidate(self.name, description, changes, error=error)
 
 
-def _read(project: Path, path: str) -> str | None:
-    try:
-        return read_for_edit(project, path)
-    except EditError:
-        if validate_edit_path(path) and (project / path).is_dir():
-            return None
-        raise
+def _reply(record: dict[str, Any]) -> tuple[Reply, tuple[Format, ...]]:
+    """The record's edit as `changes_from_reply` takes it, and the format its text is in."""
+    if "files" in record:
+        return record["files"], ()
+    if "edits" in record:
+        return [SearchReplace(e["path"], e["search"], e["replace"]) for e in record["edits"]], ()
+    if "search_replace" in record:
+        return record["search_replace"], ("search-replace",)
+    return record["diff"], ("udiff",)
 
 
 _FORMS = (
@@ -106,20 +97,3 @@ def _problem(record: object) -> str | None:
     if "description" in record and not isinstance(record["description"], str):
         return "`description` is text"
     return None
-
-
-def _new_contents(record: dict[str, Any], project: Path) -> dict[str, str | None]:
-    if "files" in record:
-        return {validate_edit_path(p): c for p, c in record["files"].items()}
-    if "edits" in record:
-        edits = [SearchReplace(e["path"], e["search"], e["replace"]) for e in record["edits"]]
-    elif "search_replace" in record:
-        edits = parse_search_replace(record["search_replace"])
-    elif "diff" in record:
-        patches = parse_unified_diff(record["diff"])
-        touched = {p for patch in patches for p in (patch.path, patch.old_path) if p}
-        return apply_unified_diff({p: c for p in touched if (c := _read(project, p)) is not None}, patches)
-    else:
-        raise EditError("a replay record needs one of: files, edits, search_replace, diff")
-    files = {e.path: c for e in edits if (c := _read(project, e.path)) is not None}
-    return dict(apply_search_replace(files, edits))
