@@ -28,7 +28,7 @@ Process count: ``RLIMIT_NPROC`` is counted per (user namespace, user), so for a 
 exactly this sandbox's processes. It never binds a process whose real user is root, though, and as
 root the sandbox's user namespace maps to host uid 0; there a child ``pids`` cgroup is used instead,
 joined by a tiny ``sh`` before it execs bwrap (moving a process between cgroups waits for an RCU
-grace period: measured at ~10 ms a call). Without either (root, no writable pids cgroup) there is
+grace period: docs/measurements.md). Without either (root, no writable pids cgroup) there is
 no process cap beyond the timeout; `BwrapSandbox.pids_cap` says which applies.
 
 Memory in total: where a memory cgroup can be made (cgroup v1 or a delegated v2), every command

@@ -53,7 +53,7 @@ class LocalSandbox:
 
     def _limit(self, pid: int) -> None:
         # Set from outside, right after the start: a preexec_fn would force a full fork of this
-        # (large) process, measured at 50+ ms per tool call instead of 19 ms with vfork/spawn.
+        # (large) process instead of vfork/spawn (docs/measurements.md).
         with contextlib.suppress(ProcessLookupError, PermissionError, ValueError, OSError):
             resource.prlimit(pid, resource.RLIMIT_AS, (self.memory_bytes, self.memory_bytes))
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
@@ -169,7 +169,7 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     """Wait for `proc` to exit; False on timeout.
 
     A pidfd wakes us the moment it exits: ``Popen.wait(timeout)`` polls with sleeps growing to
-    50 ms, which was measured to add several milliseconds to every sandboxed call.
+    50 ms, which adds milliseconds to every sandboxed call (docs/measurements.md).
     """
     try:
         pidfd = os.pidfd_open(proc.pid)

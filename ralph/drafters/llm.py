@@ -157,8 +157,8 @@ class LLMDrafter:
         self.fim = model.startswith("text-completion-") if fim is None else bool(fim)
         if prompt not in (*PROMPTS, "auto"):
             raise RalphError(f"{self.name}: prompt must be auto, {', '.join(PROMPTS)}, not {prompt!r}")
-        # auto: the function prompt for a model served on this machine (measured on SmolLM2-135M: 73%
-        # of replies were edits, against 14% asked for SEARCH/REPLACE blocks), else SEARCH/REPLACE.
+        # auto: the function prompt for a model served on this machine (a small local model answers
+        # it with an edit far more often: docs/measurements.md), else SEARCH/REPLACE.
         self.prompt = prompt if prompt != "auto" else ("function" if self._is_local() else "search-replace")
         self.backoff_s = float(backoff_s)
         self.stream = (self.prompt == "function" and not self.fim) if stream is None else bool(stream)
