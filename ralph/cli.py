@@ -501,6 +501,12 @@ def bench_verify_command(
             help="The plausibility, API and format stages (to time them).",
         ),
     ] = True,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile", metavar="", help="Print where the rejection path's time goes, part by part."
+        ),
+    ] = False,
 ) -> None:
     """Per-candidate verification time against a naive full run (and pytest-testmon), and recall."""
     from ralph.bench.verify import bench_verify
@@ -516,6 +522,13 @@ def bench_verify_command(
         progress=lambda t: console.print(t, highlight=False, markup=False),
     )
     summary = result.summary()
+    if profile:
+        parts = Table(title="the rejection path, part by part (median ms, share of the time)")
+        for column in ("part", "median ms", "share"):
+            parts.add_column(column, justify="left" if column == "part" else "right")
+        for part, figures in summary["rejection_profile"].items():
+            parts.add_row(part, f"{figures['median_ms']:.1f}", f"{100 * figures['share']:.1f}%")
+        console.print(parts)
     if as_json:
         print(json.dumps(summary))
         return

@@ -20,20 +20,36 @@ PROJECT = {
 }
 
 
-def _bench_verify(project: Path) -> dict:
+def _bench_verify(project: Path, *more: str) -> dict:
     """`ralph bench verify` on three caught mutants of `project`, through the real entry point."""
     proc = run_ralph(
-        "bench", "verify", str(project), "--mutants", "3", "--python", sys.executable, "--json", timeout=300
+        "bench",
+        "verify",
+        str(project),
+        "--mutants",
+        "3",
+        "--python",
+        sys.executable,
+        "--json",
+        *more,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
+    if more:
+        assert "the rejection path, part by part" in proc.stderr
     return json.loads(proc.stdout)
 
 
 def test_bench_verify_times_the_reject_and_the_accept_path(tmp_path: Path) -> None:
     write_files(tmp_path / "p", PROJECT)
-    summary = _bench_verify(tmp_path / "p")
+    summary = _bench_verify(tmp_path / "p", "--profile")
     assert summary["mutants"] == 3 and summary["recall"] == 1.0
     assert summary["accept_median_ms"] > 0 and summary["fixes_rejected"] == []
+    # Where the rejections' time went, part by part: the shares add up to the whole.
+    profile = summary["rejection_profile"]
+    assert {"apply", "syntax", "ruff", "start", "collection", "tests", "host", "restore"} <= set(profile)
+    assert abs(sum(p["share"] for p in profile.values()) - 1) < 0.01, profile
+    assert all(p["median_ms"] >= 0 for name, p in profile.items() if name != "other"), profile
     # An accept costs one suite run and the first fixed test (9 of 8 here), not the two and a half
     # suites it once did.
     assert 0 < summary["accept_suite_units_max"] <= 1.25, summary

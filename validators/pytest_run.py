@@ -85,6 +85,7 @@ class PytestValidator:
                 env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
                 watch = Watch(tmp, self.progress, self._test_limit(scope))
                 watch.start()
+            sent = time.time()
             try:
                 run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
             finally:
@@ -108,7 +109,9 @@ class PytestValidator:
         )
         self.last_changes = harness_changes(end) or frozenset()  # (the baseline's: `known` from then)
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
-        return self._result(tests, scope, run, error, elapsed, stopped_early, stop)
+        result = self._result(tests, scope, run, error, elapsed, stopped_early, stop)
+        result.phases = phases(end, sent, elapsed)
+        return result
 
     def _inside(self, text: str) -> str:
         """A path or node id as the tests see it (the sandbox may show the workspace elsewhere)."""
@@ -373,6 +376,23 @@ class Watch(threading.Thread):
         if current is not None and running >= max(5.0, self.limit_s / 2):
             shown += f" · {current} running for {running:.0f} s (its limit: {self.limit_s:.0f} s)"
         return shown
+
+
+def phases(end: dict[str, Any] | None, sent: float, elapsed_ms: float) -> dict[str, float]:
+    """Where a run's `elapsed_ms` went, from the clock the closing record gives (session start,
+    collection finished, end) and when the request was `sent`: the start (a fork or spare, pytest's
+    configuration), the collection, the tests, and the host's side. Empty when the record has no
+    such clock or it is not in order (informative only: the candidate's process wrote it)."""
+    clock = (end or {}).get("clock")
+    if not isinstance(clock, list) or len(clock) != 3 or not all(isinstance(t, int | float) for t in clock):
+        return {}
+    start, collected, ended = (float(t) for t in clock)
+    if not (start <= collected and sent <= collected <= ended) or (ended - sent) * 1000 > elapsed_ms:
+        return {}
+    begun = max(start, sent)  # (a spare child started its session before the request: off the path)
+    spans = {"start": begun - sent, "collection": collected - begun, "tests": ended - collected}
+    ms = {name: round(s * 1000, 2) for name, s in spans.items()}
+    return {**ms, "host": round(elapsed_ms - sum(ms.values()), 2)}
 
 
 def _read_report(

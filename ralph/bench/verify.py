@@ -24,6 +24,7 @@ from ralph.domain.candidate import Candidate, FileChange
 from ralph.domain.errors import RalphError
 from ralph.domain.results import Scope
 from ralph.domain.score import Observation
+from ralph.domain.verdict import VerifyReport
 from ralph.drafters.mutation_ops import generate_mutants
 from ralph.sandboxes import select_sandbox
 from ralph.sandboxes.local import kill_group
@@ -63,6 +64,7 @@ class MutantResult:
     accept_reason: str = ""
     stage_ms: dict[str, float] = field(default_factory=dict)  # each stage the detection ran, its time
     accept_stage_ms: dict[str, float] = field(default_factory=dict)  # and the accept path's
+    profile: dict[str, float] = field(default_factory=dict)  # the rejection path's parts (`rejection_parts`)
 
 
 @dataclass
@@ -102,6 +104,7 @@ class VerifyBench:
             "semantic_stages": self.semantic,
             "stage_median_ms": self._stage_medians("stage_ms"),
             "accept_stage_median_ms": self._stage_medians("accept_stage_ms"),
+            "rejection_profile": self.profile(),
             **self._accept_summary(),
             "baseline_s": round(self.baseline_s, 2),
             "mutants_hung": self.hung,
@@ -115,6 +118,21 @@ class VerifyBench:
             for stage, ms in getattr(r, which).items():
                 times.setdefault(stage, []).append(ms)
         return {stage: _median(ms) for stage, ms in times.items()}
+
+    def profile(self) -> dict[str, dict[str, float]]:
+        """Each part of the rejection path (`PARTS`): its median over the mutants it was part of,
+        and its share of all the mutants' rejection time together."""
+        total = sum(sum(r.profile.values()) for r in self.results)
+        found = [p for p in PARTS if any(p in r.profile for r in self.results)]
+        return {
+            part: {
+                "median_ms": _median([r.profile[part] for r in self.results if part in r.profile]),
+                "share": round(sum(r.profile.get(part, 0.0) for r in self.results) / total, 4)
+                if total
+                else 0.0,
+            }
+            for part in found
+        }
 
     def _accept_summary(self) -> dict[str, Any]:
         timed = [r for r in self.results if r.accept_ms is not None]
@@ -132,6 +150,29 @@ class VerifyBench:
                 f"{r.path}: {r.description}: {r.accept_reason}" for r in timed if not r.accepted
             ],
         }
+
+
+# The rejection path, in the order a candidate meets it: its edit applied, the static stages, the
+# targeted tests (the worker's fork or spare with pytest's start, the collection, the tests themselves,
+# ralph's side of the run), the type checker, and the workspace put back; `other` is the rest of the
+# verification (the policy, reading the sources, merging the results; negative when the static
+# stages, which run side by side, overlapped by more than that).
+PARTS = ("apply", "syntax", "ruff", "start", "collection", "tests", "host", "mypy", "restore", "other")
+
+
+def rejection_parts(report: VerifyReport, apply_ms: float, restore_ms: float) -> dict[str, float]:
+    """Where one rejection's time went (ms): `apply_ms` + the verification + `restore_ms`, in `PARTS`."""
+    parts = {"apply": apply_ms, "restore": restore_ms}
+    for stage in report.stages:
+        if stage.skipped:
+            continue
+        if stage.stage == "tests" and stage.phases:
+            for name, ms in stage.phases.items():
+                parts[name] = parts.get(name, 0.0) + ms
+        else:
+            parts[stage.stage] = parts.get(stage.stage, 0.0) + stage.duration_ms
+    parts["other"] = report.duration_ms - sum(v for k, v in parts.items() if k not in ("apply", "restore"))
+    return {k: round(v, 2) for k, v in parts.items()}
 
 
 def _median(xs: list[float]) -> float:
@@ -287,14 +328,18 @@ def _measure_mutant(
     if not caught:
         return None
     change = FileChange(path, workspace.read(path), mutated)
+    applying = time.perf_counter()
     workspace.apply([change])
+    apply_ms = (time.perf_counter() - applying) * 1000
     try:
         report = verifier.detect(Candidate("bench", description, (change,)), state)
         # What the loop pays per candidate besides the stages: putting the state back.
         restore_start = time.perf_counter()
         workspace.rollback([change])
         verifier.restored(workspace.take_foreign())
-        report.duration_ms += (time.perf_counter() - restore_start) * 1000
+        restore_ms = (time.perf_counter() - restore_start) * 1000
+        profile = rejection_parts(report, apply_ms, restore_ms)
+        report.duration_ms += restore_ms
         return MutantResult(
             path,
             description,
@@ -304,6 +349,7 @@ def _measure_mutant(
             detected=not report.accepted,
             stage=report.failed_stage,
             stage_ms={s.stage: round(s.duration_ms, 2) for s in report.stages if not s.skipped},
+            profile=profile,
         )
     finally:
         workspace.rollback([change])

@@ -73,6 +73,9 @@ class StageResult:
     syntax_errors: dict[str, str] = field(default_factory=dict)
     skipped: bool = False
     unaffected: int = 0  # failing tests not run because the change cannot reach them
+    # Where a test run's time went (ms): start (the worker's fork or spare, pytest's configuration),
+    # collection, tests, host (ralph's side: the request, reading the report). Decides nothing.
+    phases: dict[str, float] = field(default_factory=dict)
     stopped_early: bool = False  # a test run stopped once its verdict was known
     # Set when the stage could not give a verdict (a tool that crashed, timed out, was killed or
     # reported something inconsistent): the candidate fails, whatever else the stage observed.

@@ -22,6 +22,7 @@ import operator
 import os
 import signal
 import sys
+import time
 import unittest.case  # noqa: F401 (as doctest)
 import warnings
 from collections.abc import Iterator
@@ -49,6 +50,10 @@ _failed_seen = 0  # failing reports pytest gave us, counted apart from what `_wr
 _guard: frozenset[str] = frozenset()
 _progress_file = None
 _open = open  # as it is when this module loads, before any of the project's code runs
+# When the session started and its collection finished (wall clock, as it is when this module
+# loads): where the run's time went, for `ralph bench verify --profile`. It decides nothing.
+_clock = time.time
+_phases: dict = {"start": None, "collected": None}
 _session = None
 _stopped: str | None = None
 # The project's files (not Python) the run opened for reading -> the project's files whose code
@@ -390,6 +395,7 @@ def pytest_sessionstart(session) -> None:
     global _session
     arm()
     _session = session
+    _phases["start"] = _clock()
 
 
 def _write(record: dict) -> None:
@@ -417,6 +423,7 @@ def _progress(record: dict) -> None:
 
 
 def pytest_collection_finish(session) -> None:
+    _phases["collected"] = _clock()
     _progress({"collected": len(session.items)})
 
 
@@ -713,6 +720,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "shouldfail": bool(getattr(session, "shouldfail", False)),
                 "failed_seen": _failed_seen,
                 "stopped": _stopped,
+                "clock": [_phases["start"], _phases["collected"], _clock()],
             }
         )
         _report_file.close()
