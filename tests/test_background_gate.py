@@ -24,8 +24,11 @@ from ralph.view import QuietView
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph
 
 FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
-# Fixes the failing test and breaks a passing one the targeted stage does not run.
-FIXED_AND_BROKEN = FIXED.replace("return x * 2", "return x * 3")
+# Fixes the failing test and breaks a passing one the targeted stage does not run, through lines no
+# test ran at the baseline (a decorator added at module level): the probe cannot see it, the gate does.
+FIXED_AND_BROKEN = FIXED.replace(
+    "def double(x):", "def _tripled(f):\n    return lambda x: f(x) * 3 // 2\n\n\n@_tripled\ndef double(x):"
+)
 BREAK_THEN_FIX = (
     {"description": "fix and break", "files": {"windows.py": FIXED_AND_BROKEN}},
     {"description": "fix", "files": {"windows.py": FIXED}},
@@ -106,7 +109,9 @@ TWO_BUGS = {
     "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
 }
 F_FIXED = TWO_BUGS["f.py"].replace("x + 2", "x + 1")
-F_FIXED_H_BROKEN = F_FIXED.replace("x * 10", "x * 11")
+F_FIXED_H_BROKEN = F_FIXED.replace(
+    "def h(x):", "def _more(f):\n    return lambda x: f(x) + 1\n\n\n@_more\ndef h(x):"
+)
 G_FIXED = TWO_BUGS["g.py"].replace("x - 2", "x - 1")
 
 

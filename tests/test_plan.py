@@ -48,6 +48,7 @@ def test_the_plan_meets_the_stages_in_the_registrys_steps(tmp_path: Path) -> Non
             ["syntax", "ruff", "format"],
             ["tests", "checks", "mypy"],
             ["mypy", "plausibility", "api"],
+            ["probe"],
             ["gate"],
             ["checks"],
         ]
@@ -55,7 +56,7 @@ def test_the_plan_meets_the_stages_in_the_registrys_steps(tmp_path: Path) -> Non
         assert names(plan.gate) == [["gate"], ["checks"]]
         assert names(plan.detection) == [["syntax", "ruff"], ["tests"], ["mypy"]]
         beside = Plan.build(verifier.tools, background=True)
-        assert names(beside.sequence) == names(plan.sequence)[:3]  # the gate runs beside the loop
+        assert names(beside.sequence) == names(plan.sequence)[:4]  # the gate runs beside the loop
     finally:
         verifier.close()
 

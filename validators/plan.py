@@ -9,6 +9,8 @@ A candidate meets the steps in `STEPS` order, each step the registry's stages fo
   when the state has type errors, the type checker: must improve;
 - `settled` (on the workspace put back, only for a candidate that improves): the type checker again
   and the semantic stages (plausibility, API);
+- `probe` (only with the gate beside the loop): the passing tests that ran a changed line, a failure
+  confirmed by the whole gate in line before it rejects;
 - `gate`: the whole suite in a fresh child; `gate-checks`: every check, on the state put back: must
   improve. With the gate beside the loop (`background`) a verification ends before these two.
 
@@ -32,6 +34,7 @@ from ralph.validators.stages import (
     GateStage,
     LintStage,
     PlausibilityStage,
+    ProbeStage,
     SelectedTestsStage,
     Stage,
     Step,
@@ -63,6 +66,8 @@ STAGES: tuple[Entry, ...] = (
     # targeted tests reject, the rejection path, never pays for them.
     Entry("settled", lambda t: PlausibilityStage(t.plausibility)),
     Entry("settled", lambda t: ApiStage(t.api)),
+    # With the gate beside the loop: the passing tests that ran a changed line, before the state is taken.
+    Entry("probe", lambda t: ProbeStage(t.tests, t.gate)),
     Entry("gate", lambda t: GateStage(t.gate)),
     Entry("gate-checks", lambda t: AllChecksStage(t.checks)),
 )
@@ -72,6 +77,7 @@ STEPS: dict[str, Step] = {
     "static": Step(()),
     "targeted": Step((), must_improve="no improvement on the targeted checks"),
     "settled": Step((), before=put_back),
+    "probe": Step(()),
     "gate": Step(()),
     # (what the gate's tests wrote is gone before the checks run)
     "gate-checks": Step((), before=put_back, must_improve="no improvement on the full suite", blame="gate"),

@@ -391,6 +391,53 @@ def _all_of(tests: Sequence[str], context: Context) -> bool:
     return context.settings.background and cost <= 0.25 * facts.suite_s
 
 
+# Tests in a regression probe (`ProbeStage`): the narrowest that ran a changed line.
+PROBE = 16
+
+
+@dataclass
+class ProbeStage:
+    """Before a state is taken provisionally (the gate runs beside the loop), the passing tests that
+    ran a changed line at the baseline, the narrowest `PROBE` in pytest's order, stopping at the
+    first that fails: a regression found here costs a probe, not a state (and all built on it) undone
+    by its gate. Run alone they may fail only for their order (a test that depends on one left out):
+    a failure is confirmed by the whole gate in line, on the workspace put back, whose verdict is the
+    stage's; a correct fix is never rejected by the probe alone."""
+
+    validator: PytestValidator
+    gate: PytestValidator
+    name: str = "probe"
+
+    def wanted(self, attempt: Attempt) -> bool:
+        return attempt.context.settings.background and bool(self._tests(attempt))
+
+    def run(self, attempt: Attempt) -> StageResult:
+        tests = self._tests(attempt)
+        budgets = attempt.context.budgets
+        scope = Scope(tests=tests, timeout_s=budgets.quick_timeout_s, test_timeout_s=budgets.hang_limit_s)
+        probe = self.validator.check(scope, guard=tests)
+        probe.stage = self.name
+        if probe.error is not None or not any(t.failing for t in probe.tests):
+            return probe
+        put_back(attempt)  # (what the probe's tests wrote is gone before the gate runs)
+        confirmed = GateStage(self.gate).run(attempt)
+        confirmed.detail = f"the probe saw {_failed(probe)} fail; the whole gate, in line: {confirmed.detail}"
+        return confirmed
+
+    @staticmethod
+    def _tests(attempt: Attempt) -> tuple[str, ...]:
+        """The passing tests of the accepted state that ran a changed line, the narrowest first,
+        `PROBE` at most, in pytest's order (the baseline's)."""
+        passing = attempt.current.passing_tests()
+        chosen = [t for t in attempt.selection.near if t in passing][:PROBE]
+        order = {t: i for i, t in enumerate(attempt.context.facts.durations)}
+        return tuple(sorted(chosen, key=lambda t: order.get(t, len(order))))
+
+
+def _failed(result: StageResult) -> str:
+    return ", ".join(t.nodeid for t in result.tests if t.failing)[:300]
+
+
 def can_see(
     tests: Sequence[str],
     selection: Selection,
