@@ -34,3 +34,20 @@ def test_lines_no_failing_test_ran_are_not_suspicious():
     assert suspicious_lines([TestResult("t::bad", "failed")], coverage, ["t::good"], PROTECTED_TESTS) == [
         ("lib.py", 5)
     ]
+
+
+def test_each_file_is_judged_once_however_many_tests_ran_it(monkeypatch) -> None:
+    """A suite that reads a thousand files protects a thousand globs: asking them again for every
+    test's every file cost seconds an iteration (tomlkit), before a drafter was even asked."""
+    import ralph.validators.localize as localize
+
+    asked: list[str] = []
+    judge = localize._in_project
+    monkeypatch.setattr(
+        localize, "_in_project", lambda path, protected: asked.append(path) or judge(path, protected)
+    )
+    coverage = {f"t::{i}": {"a.py": [1, 2], "tests/t.py": [3]} for i in range(50)}
+    failing = [TestResult("t::0", "failed")]
+    ranked = localize.scored_lines(failing, coverage, [f"t::{i}" for i in range(1, 50)], ("tests/*",))
+    assert sorted(asked) == ["a.py", "tests/t.py"]
+    assert sorted((p, line) for p, line, _ in ranked) == [("a.py", 1), ("a.py", 2)]

@@ -47,6 +47,9 @@ def scored_lines(
                 ranked.setdefault((path, line), FRAME_SCORE)
     failed_ids = {t.nodeid for t in failing}
     passed_ids = set(passing)
+    # Each file once: the tests share files, and the protected globs can be a thousand (the files a
+    # suite reads), which took seconds an iteration when asked again for every test's every file.
+    inside: dict[str, bool] = {}
     executed_by_failing: dict[tuple[str, int], int] = {}
     executed_by_passing: dict[tuple[str, int], int] = {}
     for nodeid, files in coverage.items():
@@ -60,7 +63,9 @@ def scored_lines(
         if counter is None:
             continue
         for path, lines in files.items():
-            if not _in_project(path, protected):
+            if path not in inside:
+                inside[path] = _in_project(path, protected)
+            if not inside[path]:
                 continue
             for line in lines:
                 counter[(path, line)] = counter.get((path, line), 0) + 1
