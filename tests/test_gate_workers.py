@@ -82,12 +82,17 @@ def test_a_good_state_passes_across_two_workers(gate):
 
 @needs_bwrap
 def test_a_regression_fails_the_gate_and_stops_it(gate):
-    validator = gate({"lib.py": "def double(x):\n    return x + 2\n"})
+    # (named to follow test_two.py: pytest gives them out after it)
+    slow = {
+        f"tests/test_zslow{i}.py": "import time\n\n\ndef test_slow():\n    time.sleep(2)\n" for i in range(6)
+    }
+    validator = gate({"lib.py": "def double(x):\n    return x + 2\n", **slow})
     passing = {"tests/test_one.py::test_double", "tests/test_two.py::test_double_again"}
     result = validator.check(Scope(timeout_s=60), guard=passing)
     assert not result.ok and result.error is None, (result.detail, result.tests)
     assert outcomes(result)["test_double_again"] == "failed"
-    assert result.stopped_early  # (asked, through xdist's controller: the verdict is known)
+    # Stopped through xdist's controller (the verdict is known): the files not yet given out never run.
+    assert result.stopped_early and len(result.tests) < 9, result.tests
 
 
 @needs_bwrap
