@@ -5,6 +5,7 @@ Real pytest-xdist, real git, real bubblewrap."""
 
 from __future__ import annotations
 
+import json
 import sys
 import venv
 
@@ -19,7 +20,7 @@ from ralph.trace import read_trace
 from ralph.validators.gate_workers import gate_workers, project_decides_xdist, xdist_option
 from ralph.validators.pytest_run import PytestValidator, gate_tests
 from ralph.validators.toolchain import Toolchain
-from tests.conftest import BUGGY_WINDOWS, git, write_files
+from tests.conftest import BUGGY_WINDOWS, git, run_ralph, write_files
 from tests.test_sound_verdicts import FIXED, needs_bwrap, replay, run_fix, verdicts
 
 pytest.importorskip("xdist", reason="the gate's workers are pytest-xdist's")
@@ -239,3 +240,26 @@ def test_gate_workers_is_a_count_or_auto():
     for bad in (-1, "many"):
         with pytest.raises(RalphError, match="gate_workers"):
             check_config({"gate_workers": bad})
+
+
+# `ralph bench gate`
+
+
+@needs_bwrap
+def test_bench_gate_times_each_worker_count_against_one_process(tmp_path):
+    write_files(tmp_path / "p", SUITE)
+    proc = run_ralph(
+        "bench", "gate", str(tmp_path / "p"), "--workers", "0,2", "--repeat", "2", "--python", sys.executable,
+        "--json", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["tests"] == 3 and summary["sandbox"] == "bwrap"
+    assert list(summary["workers"]) == ["0", "2"] and summary["workers"]["0"]["speedup"] == 1.0
+    assert all(row["runs"] == 2 and row["median_ms"] > 0 for row in summary["workers"].values())
+
+
+def test_bench_gate_refuses_workers_the_project_cannot_have(tmp_path):
+    write_files(tmp_path / "p", {**SUITE, "pytest.ini": "[pytest]\naddopts = -p no:xdist\n"})
+    proc = run_ralph("bench", "gate", str(tmp_path / "p"), "--workers", "0,2", "--python", sys.executable)
+    assert proc.returncode != 0 and "gate_workers = 2, but the project's pytest settings" in proc.stderr

@@ -77,11 +77,7 @@ class PytestValidator:
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
             first = {"tests": list(failed_first), "words": list(words), "near": list(near)}
             env = self._run_env(Path(tmp.path), project, scope, coverage, first)
-            if stop_on_pass:
-                env["RALPH_STOP_ON_PASS"] = "1"
-            if guard:  # (node ids as the tests name them: a parameter may hold the project's path)
-                (Path(tmp.path) / "guard.json").write_text(json.dumps(sorted(map(self._inside, guard))))
-                env["RALPH_GUARD"] = str(Path(tmp.path) / "guard.json")
+            env |= self._stops(Path(tmp.path), stop_on_pass, guard)
             watch = None
             if self.progress is not None:
                 env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
@@ -117,6 +113,15 @@ class PytestValidator:
             result.detail += f" (across {workers} pytest-xdist workers)"
         result.phases = phases(end, sent, elapsed)
         return result
+
+    def _stops(self, tmp: Path, stop_on_pass: bool, guard: Collection[str]) -> dict[str, str]:
+        """The settings of the early stops asked for: at the first test that passes, at the first
+        failure of a `guard` test (their list in a file)."""
+        env = {"RALPH_STOP_ON_PASS": "1"} if stop_on_pass else {}
+        if guard:  # (node ids as the tests name them: a parameter may hold the project's path)
+            (tmp / "guard.json").write_text(json.dumps(sorted(map(self._inside, guard))))
+            env["RALPH_GUARD"] = str(tmp / "guard.json")
+        return env
 
     def _inside(self, text: str) -> str:
         """A path or node id as the tests see it (the sandbox may show the workspace elsewhere)."""
