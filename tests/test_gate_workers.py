@@ -97,6 +97,18 @@ def test_a_regression_fails_the_gate_and_stops_it(gate):
 
 
 @needs_bwrap
+def test_a_module_that_no_longer_imports_fails_the_gate_and_the_rest_still_runs(gate):
+    broken = "from lib import triple\n\n\ndef test_triple():\n    assert triple(1) == 3\n"
+    result = gate({"tests/test_two.py": broken}).check(Scope(timeout_s=60))
+    assert not result.ok and result.error is None, (result.detail, result.tests)
+    assert {t.nodeid: t.outcome for t in result.tests} == {
+        "tests/test_one.py::test_in_a_worker": "passed",
+        "tests/test_one.py::test_double": "passed",
+        "tests/test_two.py": "error",
+    }
+
+
+@needs_bwrap
 def test_a_test_that_kills_its_worker_gives_no_verdict(gate):
     dies = "import os\n\n\ndef test_dies():\n    os._exit(0)\n\n\ndef test_after():\n    pass\n"
     result = gate({"tests/test_two.py": dies}).check(Scope(timeout_s=60))
