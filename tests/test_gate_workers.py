@@ -6,6 +6,7 @@ Real pytest-xdist, real git, real bubblewrap."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import venv
 
@@ -150,11 +151,12 @@ def test_pytests_machinery_changed_in_a_worker_gives_no_verdict(gate):
 
 @needs_bwrap
 def test_an_internal_error_in_a_worker_gives_no_verdict(gate):
-    # (xdist's controller says it, drops the worker and exits 0 once the others are done)
+    # xdist's controller says it, drops the worker and exits 0 once the others are done (or, when the
+    # worker's end arrives first, has an internal error of its own: exit 3).
     lib = "import _pytest.runner\n\n\ndef double(x):\n    _pytest.runner.call_and_report = print\n    return x * 2\n"
     result = gate({"lib.py": lib}).check(Scope(timeout_s=60))
-    assert result.error is not None and "internal error" in result.error, result.error
-    assert "invalid keyword argument for print()" in result.error
+    assert result.error is not None and re.search("internal ?error", result.error, re.I), result.error
+    assert "invalid keyword argument for print()" in result.error or "exit 3" in result.error
 
 
 def test_the_targeted_runs_never_go_across_workers(tmp_path):

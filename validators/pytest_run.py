@@ -361,9 +361,10 @@ def _no_verdict(
 
 def workers_gap(record: object, stopped: bool) -> str | None:
     """Why a run across pytest-xdist workers leaves tests unaccounted for, from the closing record's
-    `xdist` entry: a worker that went down without its summary (crashed, killed, `os._exit` in a
-    test), or tests the workers collected that never reported (unless the run stopped early, as
-    asked); None when every worker and every test is accounted for."""
+    `xdist` entry: a worker's internal error (xdist's controller goes on and exits 0), a worker that
+    went down without its summary (crashed, killed, `os._exit` in a test), or tests the workers
+    collected that never reported (unless the run stopped early, as asked); None when every worker
+    and every test is accounted for."""
     if not isinstance(record, dict):
         return "the report's record of the test workers is unreadable"
     lists = [record.get(k) for k in ("workers_lost", "crashed", "internal_errors", "first_unreported")]
