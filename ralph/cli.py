@@ -538,6 +538,53 @@ def bench_verify_command(
     _stdout().print(table)
 
 
+@bench.command("gate")
+def bench_gate_command(
+    repo: Annotated[
+        Path, typer.Argument(help="A project with a pytest suite (it is copied, never changed).")
+    ],
+    workers: Annotated[
+        str, typer.Option(help="pytest-xdist worker counts, comma-separated; 0: one process, no xdist.")
+    ] = "0,1,2",
+    repeat: Annotated[int, typer.Option(min=1, help="Timed rounds (after a warm-up round).")] = 5,
+    python: Annotated[str | None, typer.Option(help="The project's interpreter.")] = None,
+    no_sandbox: Annotated[
+        bool, typer.Option("--no-sandbox", metavar="", help="Run the gate without bubblewrap.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON object.")] = False,
+) -> None:
+    """The gate's wall time in one process and across pytest-xdist workers: medians and speedups."""
+    from ralph.bench.gate import bench_gate
+
+    try:
+        counts = [int(w) for w in workers.split(",")]
+    except ValueError:
+        raise RalphError(f"--workers {workers}: worker counts such as 0,1,2") from None
+    console = Console(stderr=True, soft_wrap=True)
+    result = bench_gate(
+        repo,
+        workers=counts,
+        repeat=repeat,
+        python=python,
+        sandbox=not no_sandbox,
+        progress=lambda t: console.print(t, highlight=False, markup=False),
+    )
+    summary = result.summary()
+    if as_json:
+        print(json.dumps(summary))
+        return
+    title = (
+        f"ralph bench gate {repo}: {summary['tests']} tests, {summary['cores']} cores, {summary['sandbox']}"
+    )
+    table = Table(title=title)
+    for column in ("workers", "median ms", "min ms", "max ms", "runs", "speedup"):
+        table.add_column(column, justify="right")
+    for count, row in summary["workers"].items():
+        cells = (row["median_ms"], row["min_ms"], row["max_ms"], row["runs"], row["speedup"])
+        table.add_row(str(count) if count else "0 (one process)", *(str(c) for c in cells))
+    _stdout().print(table)
+
+
 @bench.command("drafter")
 def bench_drafter_command(
     model: Annotated[str, typer.Option(help="A diffusion model: Hugging Face id or local path.")],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -111,6 +111,10 @@ class RunConfig(BaseModel):
     jobs: int | None = Field(default=None, ge=1, le=32)
     """Candidates verified at once, each on its own copy; None: a core each, one left for drafting
     (and one for the background gate)."""
+    gate_workers: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
+    """pytest-xdist workers for the gate's whole-suite run (`-n N`), where the project's interpreter
+    has pytest-xdist 3.6+ and its pytest settings leave xdist alone; 0: one process; auto: with 4+
+    cores, half of them when the gate runs beside the loop, else each lane's share (2 at least)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -153,6 +157,16 @@ class RunConfig(BaseModel):
     def verify_jobs(self) -> int:
         jobs = self.jobs if self.jobs is not None else usable_cores() - 1 - self.gates_in_background
         return max(1, min(jobs, self.candidates))  # a lane per candidate at most
+
+    @property
+    def gate_worker_count(self) -> int:
+        """The gate's pytest-xdist workers as configured (`gate_workers`), before the project's
+        interpreter and settings are asked whether it can have them."""
+        if self.gate_workers != "auto":
+            return self.gate_workers
+        cores = usable_cores()
+        share = cores // 2 if self.gates_in_background else cores // self.verify_jobs
+        return share if cores >= 4 and share >= 2 else 0
 
 
 def usable_cores() -> int:

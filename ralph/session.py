@@ -39,6 +39,7 @@ from ralph.trace import TraceWriter, one_line, read_trace
 from ralph.trace_reader import parse_run
 from ralph.validators.background import BackgroundGate
 from ralph.validators.facts import VerifySettings
+from ralph.validators.gate_workers import gate_workers
 from ralph.validators.mypy import mypy_configured
 from ralph.validators.pipeline import Verifier
 from ralph.validators.toolchain import Toolchain, find_python
@@ -434,6 +435,7 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         protected=() if config.allow_test_edits else PROTECTED_TESTS,
         only=tuple(only) if only is not None else None,
         test_timeout_s=config.test_timeout_s,
+        gate_workers=gate_workers(toolchain, config.gate_worker_count, asked=config.gate_workers != "auto"),
         background=config.gates_in_background,
         plausibility=config.plausibility,
         api_changes=config.api_changes,

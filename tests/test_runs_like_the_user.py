@@ -165,7 +165,7 @@ def test_sees():
 """
 
 
-@pytest.mark.parametrize("runner", ["gate_warm", "gate_fresh", "targeted"])
+@pytest.mark.parametrize("runner", ["gate_warm", "gate_fresh", "gate_workers", "targeted"])
 def test_what_a_test_sees_of_the_run(tmp_path, monkeypatch, runner):
     user, ws, scratch = tmp_path / "repo", tmp_path / "copy" / "ws", tmp_path / "copy" / "scratch"
     users_tmp = tmp_path / "users-tmp"
@@ -177,7 +177,10 @@ def test_what_a_test_sees_of_the_run(tmp_path, monkeypatch, runner):
     write_files(ws, {"tests/test_sees.py": SEES.format(**expected)})
     box = BwrapSandbox(ws, writable=[scratch])
     toolchain = Toolchain(sys.executable, box, ws, scratch=scratch, root=ws, user_root=user)
-    if gate:
+    if runner == "gate_workers":  # (its tests in pytest-xdist's workers, subprocesses of the child)
+        pytest.importorskip("xdist")
+        tests = gate_tests(toolchain, True, 30, workers=2)
+    elif gate:
         tests = gate_tests(toolchain, runner == "gate_warm", 30)
     else:
         tests = PytestValidator(toolchain, warm=candidates_runner(toolchain, ()))
@@ -189,6 +192,7 @@ def test_what_a_test_sees_of_the_run(tmp_path, monkeypatch, runner):
         box.close()
     assert result.ok, result.tests
     assert [t.nodeid for t in result.tests] == ["tests/test_sees.py::test_sees"]
+    assert ("pytest-xdist workers" in result.detail) == (runner == "gate_workers")
     assert not (user / "tests").exists()  # the user's folder stays as it was
 
 

@@ -33,6 +33,8 @@ class VerifySettings:
     """When set, edits outside these files are refused (a pre-commit hook's files)."""
     test_timeout_s: float = 60.0
     """One test's limit in the gate."""
+    gate_workers: int = 0
+    """pytest-xdist workers for the gate's whole-suite run (0: one process): `gate_workers.gate_workers`."""
     background: bool = False
     """The gate runs beside the loop: a verification ends after the targeted stages."""
     plausibility: str = "reject"

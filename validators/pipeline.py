@@ -99,7 +99,7 @@ class Verifier:
         tools = replace(
             self.tools,
             toolchain=toolchain,
-            gate=gate_tests(toolchain, settings.warm, settings.test_timeout_s),
+            gate=gate_tests(toolchain, settings.warm, settings.test_timeout_s, settings.gate_workers),
             checks=CommandValidator(toolchain, list(settings.checks), settings.check_paths),
         )
         tools.gate.trusted, tools.gate.known = self.guard.trusted(self.protected), self.facts.harness_known

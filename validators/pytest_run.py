@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ralph.domain.candidate import PROTECTED_TESTS, is_protected
 from ralph.domain.errors import RalphError
@@ -34,11 +34,13 @@ class PytestValidator:
         name: str = "tests",
         warm: WarmRunner | None = None,
         test_timeout_s: float = 60.0,
+        workers: int = 0,
     ) -> None:
         self.toolchain = toolchain
         self.name = name
         self.warm = warm
         self.test_timeout_s = test_timeout_s  # one test's limit (our plugin fails it, the run goes on)
+        self.workers = workers  # pytest-xdist workers for a run of the whole suite (0: one process)
         self.last_coverage: CoverageMap = {}
         # The project's files whose changes to pytest's machinery are its own (its tests, conftests
         # and plugins: the verifier sets the policy's); None: everything (the baseline's run, or a
@@ -75,11 +77,7 @@ class PytestValidator:
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
             first = {"tests": list(failed_first), "words": list(words), "near": list(near)}
             env = self._run_env(Path(tmp.path), project, scope, coverage, first)
-            if stop_on_pass:
-                env["RALPH_STOP_ON_PASS"] = "1"
-            if guard:  # (node ids as the tests name them: a parameter may hold the project's path)
-                (Path(tmp.path) / "guard.json").write_text(json.dumps(sorted(map(self._inside, guard))))
-                env["RALPH_GUARD"] = str(Path(tmp.path) / "guard.json")
+            env |= self._stops(Path(tmp.path), stop_on_pass, guard)
             watch = None
             if self.progress is not None:
                 env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
@@ -87,7 +85,8 @@ class PytestValidator:
                 watch.start()
             sent = time.time()
             try:
-                run = self._run(_pytest_args(project, exitfirst), scope, env, exitfirst)
+                workers = self.workers if scope.tests is None and not exitfirst else 0
+                run = self._run(_pytest_args(project, exitfirst, workers), scope, env, exitfirst)
             finally:
                 if watch is not None:
                     watch.stop()
@@ -110,8 +109,19 @@ class PytestValidator:
         self.last_changes = harness_changes(end) or frozenset()  # (the baseline's: `known` from then)
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
         result = self._result(tests, scope, run, error, elapsed, stopped_early, stop)
+        if workers and error is None:
+            result.detail += f" (across {workers} pytest-xdist workers)"
         result.phases = phases(end, sent, elapsed)
         return result
+
+    def _stops(self, tmp: Path, stop_on_pass: bool, guard: Collection[str]) -> dict[str, str]:
+        """The settings of the early stops asked for: at the first test that passes, at the first
+        failure of a `guard` test (their list in a file)."""
+        env = {"RALPH_STOP_ON_PASS": "1"} if stop_on_pass else {}
+        if guard:  # (node ids as the tests name them: a parameter may hold the project's path)
+            (tmp / "guard.json").write_text(json.dumps(sorted(map(self._inside, guard))))
+            env["RALPH_GUARD"] = str(tmp / "guard.json")
+        return env
 
     def _inside(self, text: str) -> str:
         """A path or node id as the tests see it (the sandbox may show the workspace elsewhere)."""
@@ -200,7 +210,7 @@ class PytestValidator:
         return result
 
 
-def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float) -> PytestValidator:
+def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float, workers: int = 0) -> PytestValidator:
     """The gate's test runner. Never the warm worker a candidate's tests ran beside (that one has
     imported the project's third-party modules, before any conftest could set them up): with `warm`,
     a worker of its own that has imported pytest and its builtin plugins alone, what `python -m
@@ -210,15 +220,20 @@ def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float) -> Pytes
     child is readied ahead for it); else a fresh process. Either way on a workspace put back to
     exactly the state it judges, shown at the user's repository path with the user's TMPDIR where
     the sandbox can (`Toolchain.as_the_user`): the gate judges the candidate as the user's run would
-    see it."""
+    see it. With `workers` (`gate_workers.gate_workers`), the suite runs across that many pytest-xdist
+    workers, subprocesses of that child in the same sandbox; our plugin accounts for every test they
+    collected, and a worker lost gives no verdict."""
     toolchain = toolchain.as_the_user()
     toolchain.make_mount_points()  # (built before the workspace's state is captured: see ralph.session)
     runner = WarmRunner(toolchain, plugins=False) if warm else None
-    return PytestValidator(toolchain, name="gate", warm=runner, test_timeout_s=test_timeout_s)
+    return PytestValidator(
+        toolchain, name="gate", warm=runner, test_timeout_s=test_timeout_s, workers=workers
+    )
 
 
-def _pytest_args(project: Path, exitfirst: bool) -> list[str]:
-    """pytest's options: our report plugin, no cache, quiet, and every collectable module run."""
+def _pytest_args(project: Path, exitfirst: bool, workers: int = 0) -> list[str]:
+    """pytest's options: our report plugin, no cache, quiet, every collectable module run, and with
+    `workers` the pytest-xdist options (`_XDIST`)."""
     return [
         "-p",
         "ralph_pytest_report",
@@ -232,7 +247,16 @@ def _pytest_args(project: Path, exitfirst: bool) -> list[str]:
         # One module that fails to import must not hide the outcome of every other test.
         "--continue-on-collection-errors",
         *(["-x"] if exitfirst else []),
+        *([f"--numprocesses={workers}", *_XDIST] if workers else []),
     ]
+
+
+# Each test file's tests in one worker, in pytest's order (what the baseline's single process ran of
+# them together: a test that depends on an earlier one of its file still finds it run); and a worker
+# that crashes ends the run (its verdict is known: no verdict), rather than being replaced: xdist would
+# give the crashed file's tests, the culprit first, to one replacement after another (and with
+# loadfile can hang).
+_XDIST = ("--dist=loadfile", "--max-worker-restart=0")
 
 
 def _asked_stop(end: dict[str, Any] | None, stop_on_pass: bool, guard: Collection[str]) -> str | None:
@@ -327,9 +351,35 @@ def _no_verdict(
         return f"the report's failures ({failing_records}) disagree with pytest's ({end.get('failed_seen')})"
     items = {t.nodeid for t in tests if "::" in t.nodeid}
     collected = int(end.get("collected") or 0)
-    stopped = end.get("shouldstop") or end.get("shouldfail")
+    stopped = bool(end.get("shouldstop") or end.get("shouldfail"))
+    if "xdist" in end and (unaccounted := workers_gap(end["xdist"], stopped)) is not None:
+        return unaccounted
     if not (exitfirst and failing) and not stopped and len(items) < collected:
         return f"pytest collected {collected} tests but reported {len(items)}"
+    return None
+
+
+def workers_gap(record: object, stopped: bool) -> str | None:
+    """Why a run across pytest-xdist workers leaves tests unaccounted for, from the closing record's
+    `xdist` entry: a worker's internal error (xdist's controller goes on and exits 0), a worker that
+    went down without its summary (crashed, killed, `os._exit` in a test), or tests the workers
+    collected that never reported (unless the run stopped early, as asked); None when every worker
+    and every test is accounted for."""
+    if not isinstance(record, dict):
+        return "the report's record of the test workers is unreadable"
+    lists = [record.get(k) for k in ("workers_lost", "crashed", "internal_errors", "first_unreported")]
+    unreported = record.get("unreported")
+    if not all(isinstance(v, list) for v in lists) or type(unreported) is not int:
+        return "the report's record of the test workers is unreadable"
+    lost, crashed, internal, first = (cast(list[object], v) for v in lists)
+    if internal:
+        return f"a test worker had an internal error ({internal[0]})"
+    if lost:
+        running = f", running {', '.join(map(str, crashed[:3]))}" if crashed else ""
+        return f"a test worker went down without its report ({'; '.join(map(str, lost[:3]))}){running}"
+    if unreported and not stopped:
+        named = ", ".join(map(str, first[:5]))
+        return f"{unreported} of the tests the workers collected reported nothing ({named})"
     return None
 
 

@@ -55,7 +55,7 @@ class Tools:
             mypy=MypyValidator(toolchain) if settings.types and "mypy" not in facts.disabled else None,
             warm=warm,
             tests=PytestValidator(toolchain, warm=warm, test_timeout_s=settings.test_timeout_s),
-            gate=gate_tests(toolchain, settings.warm, settings.test_timeout_s),
+            gate=gate_tests(toolchain, settings.warm, settings.test_timeout_s, settings.gate_workers),
             checks=CommandValidator(toolchain, checks, settings.check_paths),
         )
         tools.disable(facts.disabled)

@@ -10,6 +10,14 @@ data is: the host protects it as it protects the tests).
 
 Its settings are read once, when the session starts (`arm`), and removed from the environment before
 any test module is imported, so the project's code does not find the report's path there.
+
+Under pytest-xdist (`-n N`, the gate on more cores) the controller alone writes the report: the
+workers' reports reach it through `pytest_runtest_logreport`, with what our hooks in the worker
+attached to them (the project's frames, whether the test raised). Each worker gets only the settings
+its tests run under (the per-test limit, the project's root: `_WORKER_SETTINGS`), checks pytest's
+machinery as a single process does, and hands what it saw changed back when it finishes. The closing
+record then says which workers went down without that summary (crashed, killed, `os._exit`) and how
+many of the tests the workers collected never reported: either gives no verdict.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import operator
 import os
 import signal
 import sys
+import threading
 import time
 import unittest.case  # noqa: F401 (as doctest)
 import warnings
@@ -43,6 +52,16 @@ _SETTINGS = (
     "RALPH_PROGRESS",
 )
 _settings: dict[str, str] = {}
+_WORKER_SETTINGS = ("RALPH_TEST_TIMEOUT", "RALPH_COVERAGE_ROOT")
+_in_worker = False  # a pytest-xdist worker: it checks and attaches, the controller writes
+# The controller under pytest-xdist: the node ids the workers collected, those it wrote a record for,
+# each worker started with why it is not accounted for (None: it handed back its summary), the tests
+# a worker was running when it went down, and the internal errors the workers raised.
+_xdist_collected: set[str] = set()
+_recorded: set[str] = set()
+_workers: dict[str, str | None] = {}
+_crashed: list[str] = []
+_internal_errors: list[str] = []
 _failed_seen = 0  # failing reports pytest gave us, counted apart from what `_write` records
 # Early stops the host asks for: at the first test that passes ($RALPH_STOP_ON_PASS: is any of these
 # failing tests fixed?), or at the first failure of a test in $RALPH_GUARD (a JSON list file of the
@@ -391,6 +410,68 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_configure(config) -> None:
+    """In a pytest-xdist worker of ours: the settings the controller sent (`pytest_configure_node`),
+    taken before any conftest's own `pytest_configure` runs."""
+    global _in_worker
+    given = (getattr(config, "workerinput", None) or {}).get("ralph")
+    if isinstance(given, dict):
+        _in_worker = True
+        _settings.update({k: str(v) for k, v in given.items() if k in _WORKER_SETTINGS})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """In the controller: a worker runs its tests under our per-test limit and knows the project's
+    root (its frames, where code that changed pytest's machinery lies); the report's path stays here."""
+    if _report_file is not None:
+        node.workerinput["ralph"] = {k: _settings[k] for k in _WORKER_SETTINGS if k in _settings}
+        _workers[_worker_name(node)] = "it never handed back its summary"
+
+
+def _worker_name(node) -> str:
+    return str(getattr(getattr(node, "gateway", None), "id", "?"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    if not _xdist_collected:
+        _phases["collected"] = _clock()
+        _progress({"collected": len(ids)})
+    _xdist_collected.update(ids)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """A worker went down: what it saw changed in pytest's machinery joins ours; one without its
+    summary (a crash, a kill, `os._exit` in a test or at its session's end) is said in the closing
+    record."""
+    summary = (getattr(node, "workeroutput", None) or {}).get("ralph")
+    if error is not None or not isinstance(summary, dict):
+        _workers[_worker_name(node)] = " ".join(str(error or "it ended without its summary").split())[:300]
+        return
+    _workers[_worker_name(node)] = None
+    for entry in summary.get("tampered", []):
+        what, origin, where = [*map(str, entry), "?", "?", "?"][:3]
+        _note(what, where, origin)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched) -> None:
+    _crashed.append(str(crashitem))
+
+
+def pytest_internalerror(excrepr, excinfo) -> None:
+    """pytest-xdist's controller says a worker's internal error here, and goes on (its exit status
+    does not show it)."""
+    if _session is not None and _dsession(_session) is not None:
+        # (xdist raises `assert False, the worker's traceback`: its last line is the error)
+        lines = [line.strip() for line in str(getattr(excinfo, "value", "")).splitlines()]
+        errors = [line for line in lines if line and line != "assert False"] or ["?"]
+        _internal_errors.append(errors[-1][:300])
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session) -> None:
     global _session
     arm()
@@ -484,7 +565,7 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_runtest_logreport(report) -> None:
     global _failed_seen
-    if _report_file is None:
+    if _report_file is None and not _in_worker:
         return
     written = report.when == "call" or report.failed or report.skipped
     if written:  # (what a record says: a passing setup or teardown says nothing)
@@ -510,6 +591,7 @@ def pytest_runtest_logreport(report) -> None:
                 "frames": getattr(report, "_ralph_frames", []),
             }
         )
+        _recorded.add(report.nodeid)
         _stop_early(report.nodeid, outcome)  # after its record is written
 
 
@@ -523,6 +605,14 @@ def _stop_early(nodeid: str, outcome: str) -> None:
         _stopped = "regression"
     if _stopped is not None:
         _session.shouldstop = f"ralph: stopped at the first {_stopped}"
+        dsession = _dsession(_session)
+        if dsession is not None:  # (pytest-xdist's controller reads its own flag, not the session's)
+            dsession.shouldstop = _session.shouldstop
+
+
+def _dsession(session):
+    """pytest-xdist's controller, when this process is one."""
+    return session.config.pluginmanager.getplugin("dsession")
 
 
 def pytest_collectreport(report) -> None:
@@ -708,14 +798,29 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         lines["<tests>"], lines["<doctests>"] = _test_files(session)
         with open(path, "w", encoding="utf-8") as f:
             json.dump(lines, f)
+    if _in_worker:  # (xdist sends it to the controller once this hook is done)
+        _check_harness("at the end")
+        session.config.workeroutput["ralph"] = {"tampered": _tampered()}
     if _report_file is not None:
         _check_harness("at the end")
+        collected, xdist = int(getattr(session, "testscollected", 0)), {}
+        if _dsession(session) is not None:
+            unreported = sorted(_xdist_collected - _recorded)
+            collected = len(_xdist_collected)
+            xdist = {
+                "workers_lost": [f"{name}: {why}" for name, why in _workers.items() if why is not None],
+                "crashed": _crashed,
+                "internal_errors": _internal_errors,
+                "unreported": len(unreported),
+                "first_unreported": unreported[:5],
+            }
         _write(
             {
                 "end": True,
-                "tampered": [[what, origin, where] for (what, origin), where in _changed.items()],
+                "tampered": _tampered(),
                 "exitstatus": int(exitstatus),
-                "collected": int(getattr(session, "testscollected", 0)),
+                "collected": collected,
+                **({"xdist": xdist} if xdist else {}),
                 "shouldstop": bool(getattr(session, "shouldstop", False)),
                 "shouldfail": bool(getattr(session, "shouldfail", False)),
                 "failed_seen": _failed_seen,
@@ -724,6 +829,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             }
         )
         _report_file.close()
+
+
+def _tampered() -> list[list[str]]:
+    return [[what, origin, where] for (what, origin), where in _changed.items()]
 
 
 def _test_files(session) -> tuple[dict[str, list], dict[str, list]]:
@@ -771,7 +880,10 @@ def _on_alarm(signum, frame):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     limit = float(_setting("RALPH_TEST_TIMEOUT") or 0)
-    timed = limit > 0 and hasattr(signal, "setitimer")
+    # (SIGALRM reaches the main thread alone: an xdist worker before 3.6 runs tests in another)
+    timed = (
+        limit > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    )
     if timed:
         previous = signal.signal(signal.SIGALRM, _on_alarm)
         signal.setitimer(signal.ITIMER_REAL, limit)
