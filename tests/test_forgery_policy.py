@@ -102,6 +102,9 @@ def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make
         ("import pytest\n", "test-framework", "import pytest"),
         ("from _pytest.reports import TestReport\n", "harness", "_pytest"),
         ("import pluggy\n", "test-framework", "import pluggy"),
+        # (a pytest-xdist worker's channel carries its reports to the gate's controller)
+        ("import execnet\n", "test-framework", "import execnet"),
+        ("from xdist import remote\n", "test-framework", "import xdist"),
         ("from unittest import mock\n", "test-framework", "import unittest"),
         ("import unittest.mock\n", "test-framework", "import unittest.mock"),
         ("hook = pytest_runtest_makereport\n", "harness", "pytest_runtest_makereport"),

@@ -188,6 +188,8 @@ _HARNESS_MODULES = frozenset(sys.stdlib_module_names) | {
     "pytest",
     "_pytest",
     "pluggy",
+    "xdist",
+    "execnet",
     "py",
     "iniconfig",
     "packaging",
@@ -595,7 +597,7 @@ _DYNAMIC_TEXT = re.compile(
     r"(?<![\w.])(?:exec|eval|compile|__import__|getattr|setattr|delattr|vars|globals)\s*\("
     r"|\b(?:importlib|ctypes|marshal|runpy|pickle|_getframe|f_back|f_globals|f_locals|__code__|__globals__)\b"
 )
-_FRAMEWORK_TEXT = re.compile(r"^\s*(?:import|from)\s+(?:pytest|_pytest|pluggy|unittest|mock)\b")
+_FRAMEWORK_TEXT = re.compile(r"^\s*(?:import|from)\s+(?:pytest|_pytest|pluggy|xdist|execnet|unittest|mock)\b")
 _MAX_PARSED = 2 << 20  # a larger file is read for those words too
 
 # The builtins that run or import code given as data, and those that reach an attribute by a name.
@@ -631,7 +633,8 @@ _FRAME_ATTRS = frozenset(
     # builtins), a class's subclasses, a closure's cells, an exception's frames.
     | {"__self__", "__closure__", "cell_contents", "__traceback__", "co_filename"}
 )
-_TEST_FRAMEWORK = frozenset({"pytest", "_pytest", "pluggy", "unittest", "mock"})
+# (pytest-xdist's and execnet's: a worker's channel to the gate's controller carries its reports)
+_TEST_FRAMEWORK = frozenset({"pytest", "_pytest", "pluggy", "xdist", "execnet", "unittest", "mock"})
 # Names taken for modules wherever a file uses them without binding them otherwise.
 _WELL_KNOWN = frozenset(
     {"sys", "os", "builtins", "gc", "inspect", "importlib", "types", "ctypes", "marshal", "pickle"}
