@@ -94,6 +94,7 @@ class Loop:
             state = self._last_gates(state, result, memory, start)
         result.wall_s = time.monotonic() - start
         result.final, result.state = self.verifier.score(state), state
+        result.uncommitted = tuple(s.state for s in self.states.kept)
         return result
 
     def _iteration(

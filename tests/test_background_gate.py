@@ -313,3 +313,55 @@ def test_the_time_budget_bounds_the_wait_for_the_last_gate_whatever_stopped_the_
     )
     assert time.monotonic() - began - outcome.baseline_s < 5
     assert outcome.final_commit is None and outcome.result.exit_code == 1
+
+
+# --on-gate-failure todo: the gate's findings as a todo list, through the real command line.
+
+
+def _fix_cli(repo: Path, tmp_path: Path, *records: dict, mode: str, json_out: bool = True):
+    drafter = _replay(tmp_path, *records)
+    args = ["fix", str(repo), "--drafter", drafter, "--candidates", "1", "--background-gate"]
+    return run_ralph(*args, "--on-gate-failure", mode, *(["--json"] if json_out else []), timeout=240)
+
+
+def test_in_todo_mode_the_regression_the_gate_found_is_fixed_next_and_committed_with_its_state(
+    make_repo, tmp_path
+):
+    repo = make_repo(BUGGY_WINDOWS)
+    proc = _fix_cli(repo, tmp_path, *BREAK_THEN_FIX, mode="todo")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    records = read_trace(Path(summary["trace"]))
+    gates = [r for r in records if r["type"] == "gate"]
+    assert [(g["verdict"], g.get("kept")) for g in gates] == [("rejected", "todo"), ("passed", None)]
+    assert "test_double" in gates[0]["reason"] and gates[0]["commit"] is None
+    assert gates[1]["kept_states"] == [1] and gates[1]["commit"] == summary["final_commit"]
+    # The loop stood on the kept state (not the start): what failed there was the regression.
+    second = [r for r in records if r["type"] == "iteration"][1]
+    assert second["on_state"] == 1 and second["remaining_before"] == 1
+    assert [t for c in second["candidates"] for s in c["stages"] for t in s.get("tests", [])]
+    branch = summary["branch"]
+    assert git(repo, "rev-list", "--count", f"main..{branch}").strip() == "1"
+    assert _branch_files(repo, branch, "windows.py") == FIXED
+    assert "iterations 1 (kept" in git(repo, "log", "-1", "--format=%B", branch)
+    run = read_run(Path(summary["trace"]))
+    assert run.undone == frozenset() and run.green_s == gates[1]["elapsed_s"]
+
+
+def test_in_todo_mode_a_regression_never_fixed_never_reaches_the_branch(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    proc = _fix_cli(repo, tmp_path, BREAK_THEN_FIX[0], mode="todo", json_out=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "not committed: the edits of iterations 1, kept though" in proc.stdout
+    assert "still failing: tests/test_windows.py::test_double" in proc.stdout
+    assert not git(repo, "branch", "--list", "ralph/*").strip()
+    [trace] = (repo / ".ralph" / "runs").glob("*/trace.jsonl")
+    end = read_trace(trace)[-1]
+    assert end["outcome"] == "stalled" and end["final_commit"] is None and end["uncommitted_states"] == [1]
+
+
+def test_a_bad_on_gate_failure_is_one_line_and_exit_2(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    proc = run_ralph("fix", str(repo), "--on-gate-failure", "later")
+    assert proc.returncode == 2 and "on_gate_failure" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
