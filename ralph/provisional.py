@@ -133,7 +133,7 @@ class Gatekeeper:
         if self.states.provisional:  # out of time, or interrupted: stop it
             self.gate.cancel()  # (what it runs is killed and nothing more starts: no time to wait)
             state = self.settle(state, result, memory, start, True, None)
-        elif result.remaining <= 0 and result.outcome != "interrupted" and not self.states.kept:
+        elif result.remaining <= 0 and result.outcome != "interrupted":
             result.outcome = "goal"  # the last state's gate passed after the budget ran out
         return state
 

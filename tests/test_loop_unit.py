@@ -504,3 +504,14 @@ def test_in_todo_mode_a_state_on_a_kept_one_whose_gate_fails_otherwise_goes_back
     assert states[2] == [{"f.py": BREAKS_H["f.py"], "g.py": FIXED["g.py"] + "\n"}] * 2, states
     assert records.of("iteration")[2]["remaining_before"] == 2
     assert third.get("kept") == "todo" and result.outcome == "max_iterations" and result.uncommitted == (1, 3)
+
+
+def test_in_todo_mode_what_was_rejected_on_a_state_before_it_was_kept_may_be_verified_again() -> None:
+    unbreak = ("unbreak h", {"f.py": FIXED["f.py"]})  # no improvement until the gate shows t::h failing
+    drafter = Script(
+        "s", [("fix f, break h", BREAKS_H)], [unbreak], [unbreak], [("fix g", {"g.py": FIXED["g.py"]})]
+    )
+    loop, records, _, _ = make_loop(drafter, gate=Suite(keep=True, delay=1))
+    loop.run(observe(BUGGY))
+    verdicts = [[c["verdict"] for c in i["candidates"]] for i in records.of("iteration")]
+    assert verdicts[:3] == [["accepted"], ["rejected"], ["accepted"]]
