@@ -577,6 +577,21 @@ def bench_drafter_command(
     _stdout().print(table)
 
 
+_BENCH_FIX_ROWS = (
+    "tasks",
+    "fixed",
+    "fix_rate",
+    "errors",
+    "median_time_to_green_s",
+    "naive_ratio_median",
+    "per_candidate_ratio_median",
+    "per_candidate_ratio_min",
+    "cycle_breakdown",
+    "gate_verdicts",
+    "traces",
+)
+
+
 @bench.command("fix")
 def bench_fix_command(
     tasks: Annotated[
@@ -607,13 +622,8 @@ def bench_fix_command(
     console = Console(stderr=True, soft_wrap=True)
     config = read_toml(settings) if settings is not None else {}
     config |= {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
-    given = (
-        ("python", python),
-        ("background_gate", background_gate),
-        ("on_gate_failure", on_gate_failure),
-        ("jobs", jobs),
-    )
-    config |= {k: v for k, v in given if v is not None}
+    given = {"python": python, "background_gate": background_gate, "on_gate_failure": on_gate_failure}
+    config |= {k: v for k, v in {**given, "jobs": jobs}.items() if v is not None}
     check_config(config)
     summary = bench_fix(
         tasks,
@@ -628,18 +638,7 @@ def bench_fix_command(
         print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
         return
     table = Table(title=f"ralph bench fix {tasks}", show_header=False)
-    for key in (
-        "tasks",
-        "fixed",
-        "fix_rate",
-        "errors",
-        "median_time_to_green_s",
-        "naive_ratio_median",
-        "per_candidate_ratio_median",
-        "per_candidate_ratio_min",
-        "cycle_breakdown",
-        "traces",
-    ):
+    for key in _BENCH_FIX_ROWS:
         table.add_row(key, str(summary[key]))
     for name, d in summary["drafters"].items():
         table.add_row(f"r ({name})", f"{d['r']} over {d['iterations']} iterations")
