@@ -449,6 +449,7 @@ def test_in_todo_mode_a_regression_never_fixed_is_never_committed() -> None:
     loop, records, branch, _ = make_loop(drafter, gate=Suite(keep=True))
     result = loop.run(observe(BUGGY))
     assert result.outcome == "stalled" and result.remaining == 1 and branch.advanced == []
+    assert result.accepted == 0  # no accept reached the branch
     assert [g.get("kept") for g in records.of("gate")] == ["todo", "todo"]
     assert (
         result.uncommitted == (1, 2)
