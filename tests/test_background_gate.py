@@ -427,3 +427,8 @@ def test_a_state_on_a_kept_one_passes_only_when_it_breaks_nothing_the_last_passe
     assert _verdict(still, kept, passed, accepted=True) == "kept"
     assert _verdict(_state("passed", "passed", "failed"), kept, passed, accepted=True) == "passed"
     assert _verdict(still, kept, None, accepted=True) == "passed"  # (on a passed state: as before)
+    # No error the score counts left, and a test broken that it does not count: never kept (the run
+    # would end on it as the goal), never passed.
+    flaky_broken = _state("passed", "passed", "failed")
+    fine = _state("failed", "passed", "passed")
+    assert _verdict(flaky_broken, kept, fine, accepted=True, targets=frozenset({"fix"})) == "rejected"

@@ -116,7 +116,6 @@ class BackgroundGate:
         start = time.perf_counter()
         report = VerifyReport(False, "background gate: no verdict: cancelled", failed_stage="gate")
         self._running, self.status = job.state, f"gating #{job.state}"
-        verdict = "rejected"
         try:
             report = self._judge(job)
         except Exception as exc:
@@ -221,7 +220,7 @@ def _still(broken: list[str]) -> str:
     if not broken:
         return "no less error left than the last state whose gate passed"
     more = f" (+{len(broken) - 3} more)" if len(broken) > 3 else ""
-    return "still breaks " + "; ".join(broken[:3]) + more + " of the last state whose gate passed"
+    return "still breaks " + "; ".join(broken[:3]) + more + " (fine in the last state whose gate passed)"
 
 
 def _observed(stages: tuple[StageResult, ...]) -> list[StageResult]:
