@@ -87,6 +87,14 @@ _Isolation = Annotated[
 _Jobs = Annotated[
     int | None, typer.Option(help="Candidates verified at once (default: a core each, one kept free).")
 ]
+_OnGateFailure = Annotated[
+    str | None,
+    typer.Option(
+        metavar="rollback|todo",
+        help="A background gate that finds regressions: rollback (undo the state; default) or todo "
+        "(keep it, the regressed tests to fix next; commit only states whose gate passed).",
+    ),
+]
 _IncludeUntracked = Annotated[
     bool | None,
     typer.Option(
@@ -157,6 +165,7 @@ def fix(
     no_sandbox: _NoSandbox = False,
     isolation: _Isolation = None,
     background_gate: _BackgroundGate = None,
+    on_gate_failure: _OnGateFailure = None,
     jobs: _Jobs = None,
     allow_api_changes: Annotated[
         bool | None,
@@ -192,6 +201,7 @@ def _fix_overrides(options: dict[str, Any]) -> dict[str, Any]:
         "sandbox": False if options["no_sandbox"] else None,
         "isolation": options["isolation"],
         "background_gate": options["background_gate"],
+        "on_gate_failure": options["on_gate_failure"],
         "jobs": options["jobs"],
         "api_changes": options["allow_api_changes"],
     }
@@ -294,6 +304,7 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
         "run_id": outcome.run_id,
         "disabled_stages": outcome.notices,
         "untracked_not_committed": list(outcome.untracked),
+        "uncommitted_states": list(result.uncommitted),
     }
     if result.outcome == "interrupted" and outcome.trace.parent.name == outcome.run_id:  # resumable
         summary["resume"] = f"ralph fix {shlex.quote(str(path))} --resume {outcome.run_id}"
@@ -613,6 +624,21 @@ def bench_drafter_command(
     _stdout().print(table)
 
 
+_BENCH_FIX_ROWS = (
+    "tasks",
+    "fixed",
+    "fix_rate",
+    "errors",
+    "median_time_to_green_s",
+    "naive_ratio_median",
+    "per_candidate_ratio_median",
+    "per_candidate_ratio_min",
+    "cycle_breakdown",
+    "gate_verdicts",
+    "traces",
+)
+
+
 @bench.command("fix")
 def bench_fix_command(
     tasks: Annotated[
@@ -630,6 +656,7 @@ def bench_fix_command(
     ] = None,
     python: Annotated[str | None, typer.Option(help="The projects' interpreter.")] = None,
     background_gate: _BackgroundGate = None,
+    on_gate_failure: _OnGateFailure = None,
     jobs: _Jobs = None,
     settings: Annotated[
         Path | None, typer.Option("--config", help="A ralph.toml for every task (models, checks, ...).")
@@ -642,9 +669,9 @@ def bench_fix_command(
     console = Console(stderr=True, soft_wrap=True)
     config = read_toml(settings) if settings is not None else {}
     config |= {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
+    given = {"python": python, "background_gate": background_gate, "on_gate_failure": on_gate_failure}
+    config |= {k: v for k, v in {**given, "jobs": jobs}.items() if v is not None}
     check_config(config)
-    given = (("python", python), ("background_gate", background_gate), ("jobs", jobs))
-    config |= {k: v for k, v in given if v is not None}
     summary = bench_fix(
         tasks,
         out,
@@ -658,18 +685,7 @@ def bench_fix_command(
         print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
         return
     table = Table(title=f"ralph bench fix {tasks}", show_header=False)
-    for key in (
-        "tasks",
-        "fixed",
-        "fix_rate",
-        "errors",
-        "median_time_to_green_s",
-        "naive_ratio_median",
-        "per_candidate_ratio_median",
-        "per_candidate_ratio_min",
-        "cycle_breakdown",
-        "traces",
-    ):
+    for key in _BENCH_FIX_ROWS:
         table.add_row(key, str(summary[key]))
     for name, d in summary["drafters"].items():
         table.add_row(f"r ({name})", f"{d['r']} over {d['iterations']} iterations")
@@ -768,7 +784,7 @@ def main() -> None:
 
 def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
     """What happened, in a few lines, and what to run next."""
-    from ralph.endings import still_failing, why
+    from ralph.endings import still_failing, uncommitted, why
 
     result = outcome.result
     if result.outcome == "goal" and result.remaining_at_start == 0:
@@ -776,6 +792,7 @@ def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
     lines = []
     if result.outcome != "goal":
         lines += [line for line in [still_failing(result.final)] if line] if result.final else []
+        lines += [line for line in [uncommitted(result.uncommitted)] if line]
         lines += why(result.outcome, result.state, outcome.project, outcome.python, result.history)
     if not outcome.branch or outcome.toplevel is None or outcome.base_commit is None:
         return lines

@@ -95,6 +95,11 @@ class RunConfig(BaseModel):
     timeouts only), or a plugin's `module:Class` implementing ralph.domain's `Sandbox`."""
     background_gate: bool | None = None
     """Gate accepted states (the whole suite, every check) beside the loop; None: where 2+ cores are."""
+    on_gate_failure: Literal["rollback", "todo"] = "rollback"
+    """A background gate that finds tests the state broke: "rollback" undoes the state and every
+    state built on it; "todo" keeps it as the loop's state, the regressed tests added to its
+    remaining error, committed only with a later state whose gate passes. Any other gate failure
+    (a check, a hang, no verdict) is a rollback either way."""
 
     plausibility: Literal["reject", "warn", "off"] = "reject"
     """Signs of a wrong fix (a parameter that becomes unused, a name compared with itself, branches

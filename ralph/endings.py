@@ -30,6 +30,18 @@ def still_failing(score: Score, shown: int = 5) -> str | None:
     return "still failing: " + ", ".join(items[:shown]) + more
 
 
+def uncommitted(states: Sequence[int]) -> str | None:
+    """One line: the states the run ended on that are not on the branch (kept though their gate
+    found regressions that no later state fixed)."""
+    if not states:
+        return None
+    which = ", ".join(str(s) for s in states)
+    return (
+        f"not committed: the edits of iterations {which}, kept though the background gate found "
+        "regressions that were never fixed (the branch holds the last state whose gate passed)"
+    )
+
+
 def missing_modules(state: Observation, project: Path) -> list[str]:
     """Modules the failing tests cannot import that are not the project's own: an environment
     problem (a package not installed for that interpreter), not a bug to edit."""

@@ -94,6 +94,8 @@ class Loop:
             state = self._last_gates(state, result, memory, start)
         result.wall_s = time.monotonic() - start
         result.final, result.state = self.verifier.score(state), state
+        result.uncommitted = tuple(s.state for s in self.states.kept)
+        result.accepted -= len(result.uncommitted)  # (never on the branch: as if undone)
         return result
 
     def _iteration(

@@ -1,7 +1,12 @@
 """Provisional states: with the gate beside the loop, a candidate accepted on its targeted stages
 becomes the loop's state at once and its gate is submitted; a state whose gate passes is committed,
 one whose gate fails is undone with every state built on it, and the loop goes back to the last
-state whose gate passed."""
+state whose gate passed.
+
+With `--on-gate-failure todo` a state whose gate found only regressed tests is kept instead (the
+gate says so: `GateOutcome.kept`): the loop goes on from what the whole suite saw of it, the
+regressed tests in its remaining error, and its edit is committed with the next state whose gate
+passes. A gate that fails otherwise sends the loop back to the last kept state, if any."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ralph.domain.candidate import Candidate, FileChange
+from ralph.domain.candidate import Candidate, FileChange, squash
 from ralph.domain.events import GateRecord
 from ralph.domain.protocols import Branch, Gate, Trace, View
 from ralph.domain.score import Observation, Score
@@ -41,6 +46,11 @@ class States:
     gated_id: int = 0
     current: int = 0
     provisional: list[Provisional] = field(default_factory=list)
+    # States kept though their gate found regressions (`--on-gate-failure todo`), built on the gated
+    # one, oldest first; what the gate saw of the last of them. Not committed until a state built on
+    # them passes its gate.
+    kept: list[Provisional] = field(default_factory=list)
+    kept_obs: Observation | None = None
     # Drafters' per-state memory is keyed on this: it changes with every state the loop moves to,
     # back to an older one included (the candidates a drafter proposed there after the one that was
     # accepted and undone were never verified).
@@ -49,6 +59,13 @@ class States:
     @property
     def unconfirmed(self) -> bool:
         return any(s.unconfirmed for s in self.provisional)
+
+    @property
+    def base(self) -> tuple[int, Observation]:
+        """The state a failed gate sends the loop back to: the last kept one, else the gated one."""
+        if self.kept and self.kept_obs is not None:
+            return self.kept[-1].state, self.kept_obs
+        return self.gated_id, self.gated
 
     def move_to(self, state: int) -> None:
         self.current = state
@@ -129,24 +146,30 @@ class Gatekeeper:
             return state
         report = outcome.report
         at = states.provisional.index(entry)
-        if outcome.verdict == "passed" and report is not None and report.observation is not None:
+        observed = report.observation if report is not None else None
+        if outcome.verdict == "passed" and observed is not None:
             del states.provisional[at]
-            states.gated, states.gated_id = report.observation, entry.state
+            carried, states.kept, states.kept_obs = states.kept, [], None
+            states.gated, states.gated_id = observed, entry.state
             if not states.provisional:  # the loop stands on it: what the whole suite saw of it
-                state, result.remaining = report.observation, self.score(report.observation).remaining
-            commit = self.branch.prepare(entry.changes, entry.message, self.encode)
-            self._record(outcome, entry, start, commit, [])
+                state, result.remaining = observed, self.score(observed).remaining
+            changes = squash(c for s in (*carried, entry) for c in s.changes)
+            commit = self.branch.prepare(changes, _with_kept(entry.message, carried), self.encode)
+            self._record(outcome, entry, start, commit, [], carried=[s.state for s in carried])
             self.branch.advance(commit)
             return state
+        if outcome.kept and observed is not None:
+            return self._keep(outcome, entry, observed, state, result, memory, start)
         undone = states.provisional[at:]
         del states.provisional[at:]
         self.lanes.revert([c for s in undone for c in s.changes])
-        states.move_to(states.gated_id)  # back on an older state: what was proposed there may be unverified
+        base, state = states.base
+        states.move_to(base)  # back on an older state: what was proposed there may be unverified
         result.accepted -= len(undone)
         memory.rejections.forget({s.state for s in undone})  # what was rejected against them may do now
         if outcome.verdict == "rejected" and report is not None:
             memory.rejections.reject(entry.candidate, report, entry.parent)  # never verified again
-        state, result.remaining = states.gated, self.score(states.gated).remaining
+        result.remaining = self.score(state).remaining
         self._record(outcome, entry, start, self.branch.tip, [s.state for s in undone[1:]])
         if outcome.verdict == "rejected":
             self.view.notice(
@@ -156,8 +179,46 @@ class Gatekeeper:
             )
         return state
 
+    def _keep(
+        self,
+        outcome: GateOutcome,
+        entry: Provisional,
+        observed: Observation,
+        state: Observation,
+        result: RunResult,
+        memory: Memory,
+        start: float,
+    ) -> Observation:
+        """A state whose gate found regressions, kept (`--on-gate-failure todo`): the base of the
+        next state; the loop, when it stands on it, goes on from what the whole suite saw of it."""
+        states = self.states
+        states.provisional.remove(entry)
+        states.kept.append(entry)
+        states.kept_obs = observed
+        # Candidates rejected on it were judged on less than the gate saw (a fix of a regressed
+        # test was "no improvement" there).
+        memory.rejections.forget({entry.state})
+        if not states.provisional:
+            states.move_to(entry.state)  # the same files, a new observation: drafters start afresh
+            state, result.remaining = observed, self.score(observed).remaining
+        self._record(outcome, entry, start, self.branch.tip, [], kept=True)
+        reason = outcome.report.reason if outcome.report is not None else outcome.verdict
+        self.view.notice(
+            f"iteration {entry.state}'s edit failed its background gate and is kept: what it broke is "
+            f"to fix next, and it is committed with the next state whose gate passes: {reason}"
+        )
+        return state
+
     def _record(
-        self, outcome: GateOutcome, entry: Provisional, start: float, commit: str | None, discarded: list[int]
+        self,
+        outcome: GateOutcome,
+        entry: Provisional,
+        start: float,
+        commit: str | None,
+        discarded: list[int],
+        *,
+        kept: bool = False,
+        carried: list[int] | None = None,
     ) -> None:
         report = outcome.report
         record: GateRecord = {
@@ -175,4 +236,18 @@ class Gatekeeper:
             "discarded": discarded,
             "commit": commit,
         }
+        if kept:
+            record["kept"] = "todo"
+        if carried:
+            record["kept_states"] = carried
         self.trace.write("gate", **record)
+
+
+def _with_kept(message: str, kept: list[Provisional]) -> str:
+    """A commit's message, naming the kept states whose edits it also holds."""
+    if not kept:
+        return message
+    which = ", ".join(str(s.state) for s in kept)
+    return (
+        message + f"Also holds the edits of iterations {which} (kept though their gate found regressions).\n"
+    )

@@ -43,6 +43,9 @@ class RunResult:
     unpriced_tokens: int = 0  # tokens of models whose price is unknown: their cost is not in cost_usd
     final: Score | None = None  # what still stands between the last state and the goal
     state: Observation | None = None  # the last accepted state, as observed
+    # States it stood on that are not on the branch: kept though their gate found regressions that
+    # no later state fixed (--on-gate-failure todo); the branch holds the last state whose gate passed.
+    uncommitted: tuple[int, ...] = ()
 
     @property
     def exit_code(self) -> int:

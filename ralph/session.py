@@ -188,7 +188,11 @@ def _rejected_and_tip(records: list[dict[str, Any]]) -> tuple[frozenset[str], st
     rejected |= {
         r["fingerprint"]
         for r in records
-        if r["type"] == "gate" and r.get("verdict") == "rejected" and r.get("fingerprint")
+        # (a kept state's edit is no rejection: what it broke was the loop's to fix)
+        if r["type"] == "gate"
+        and r.get("verdict") == "rejected"
+        and not r.get("kept")
+        and r.get("fingerprint")
     }
     tip = next(
         (r["commit"] for r in reversed(records) if r["type"] in ("iteration", "gate") and r.get("commit")),
@@ -391,7 +395,8 @@ def _background_gate(
     own = own.as_the_user()
     if own.make_mount_points():  # (the copied state has those the loop's gate made, before its capture)
         clone.capture()
-    gate = BackgroundGate(verifier, clone, own, start=state)
+    keep = config.on_gate_failure == "todo"
+    gate = BackgroundGate(verifier, clone, own, start=state, keep_regressions=keep)
     stack.callback(gate.close)  # before its sandbox and files go
     return gate
 
@@ -594,4 +599,5 @@ def _write_end(
         branch=branch_name if ralph_branch.tip else None,
         final_commit=ralph_branch.tip,
         applied=applied,
+        uncommitted_states=list(result.uncommitted),
     )

@@ -93,6 +93,8 @@ class TracedGate:
     remaining: int | None = None  # of the last gated state afterwards
     elapsed_s: float | None = None
     discarded: tuple[int, ...] = ()  # states built on this one, undone with it
+    kept: bool = False  # rejected, yet kept as the loop's state (--on-gate-failure todo)
+    kept_states: tuple[int, ...] = ()  # kept states whose edits this passed state's commit holds
 
     @property
     def passed(self) -> bool:
@@ -207,12 +209,16 @@ def undone(iterations: Iterable[TracedIteration], gates: Iterable[TracedGate]) -
     """The iterations whose accept a background gate undid. An accept gated in the background made a
     provisional state (its number is the iteration's); the state is undone when its gate failed, when
     it was built on a state whose gate failed (that gate's `discarded`), or when its gate never passed
-    (the run stopped first). A state is not a fingerprint: the same edit accepted again later, on the
-    state the loop went back to, is an accept of its own."""
+    (the run stopped first). A state kept though its gate failed (`--on-gate-failure todo`) is not
+    undone: it is committed with a later state whose gate passed (that gate's `kept_states`), and
+    only when none did, the run ended on it uncommitted, does it count as never having passed. A
+    state is not a fingerprint: the same edit accepted again later, on the state the loop went back
+    to, is an accept of its own."""
     gates = list(gates)
-    failed = {g.state for g in gates if not g.passed}
+    failed = {g.state for g in gates if not g.passed and not g.kept}
     failed |= {s for g in gates if not g.passed for s in g.discarded}
     passed = {g.state for g in gates if g.passed}
+    passed |= {s for g in gates if g.passed for s in g.kept_states}
     provisional = {it.state for it in iterations if it.state is not None}
     return frozenset(failed | (provisional - passed))
 
@@ -316,6 +322,8 @@ def _gate(r: Mapping[str, Any], iterations: list[TracedIteration]) -> TracedGate
         remaining=_int_or_none(r.get("remaining")),
         elapsed_s=_float_or_none(r.get("elapsed_s")),
         discarded=tuple(int(s) for s in r.get("discarded") or ()),
+        kept=bool(r.get("kept")),
+        kept_states=tuple(int(s) for s in r.get("kept_states") or ()),
     )
 
 

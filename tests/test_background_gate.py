@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 from ralph.config import RunConfig
+from ralph.domain.results import CheckResult, StageResult, TestResult
+from ralph.domain.score import Observation, score
+from ralph.domain.verdict import VerifyReport
 from ralph.report import run_stats
 from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.trace_reader import read_run
-from ralph.validators.background import BackgroundGate
+from ralph.validators.background import BackgroundGate, gate_verdict
 from ralph.view import QuietView
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph
 
@@ -313,3 +316,119 @@ def test_the_time_budget_bounds_the_wait_for_the_last_gate_whatever_stopped_the_
     )
     assert time.monotonic() - began - outcome.baseline_s < 5
     assert outcome.final_commit is None and outcome.result.exit_code == 1
+
+
+# --on-gate-failure todo: the gate's findings as a todo list, through the real command line.
+
+
+def _fix_cli(repo: Path, tmp_path: Path, *records: dict, mode: str, json_out: bool = True):
+    drafter = _replay(tmp_path, *records)
+    args = ["fix", str(repo), "--drafter", drafter, "--candidates", "1", "--background-gate"]
+    return run_ralph(*args, "--on-gate-failure", mode, *(["--json"] if json_out else []), timeout=240)
+
+
+def test_in_todo_mode_the_regression_the_gate_found_is_fixed_next_and_committed_with_its_state(
+    make_repo, tmp_path
+):
+    repo = make_repo(_slow_h(0))
+    proc = _fix_cli(
+        repo,
+        tmp_path,
+        {"description": "fix f, break h", "files": {"f.py": F_FIXED_H_BROKEN}},
+        {"description": "fix g", "files": {"g.py": G_FIXED}},  # on it: h still broken
+        {"description": "unbreak h", "files": {"f.py": F_FIXED}},
+        mode="todo",
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    records = read_trace(Path(summary["trace"]))
+    gates = [r for r in records if r["type"] == "gate"]
+    assert [(g["verdict"], g.get("kept")) for g in gates] == [
+        ("rejected", "todo"),
+        ("rejected", "todo"),
+        ("passed", None),
+    ]
+    assert "test_h" in gates[0]["reason"] and "still breaks" in gates[1]["reason"]
+    assert all(g["commit"] is None for g in gates[:2]) and gates[2]["commit"] == summary["final_commit"]
+    assert gates[2]["kept_states"] == [1, 2]
+    # The loop went on from each kept state, not the start (whether "fix g" was drafted before or
+    # after the first gate's verdict): test_h, which the gate saw fail, was what was left to fix.
+    iterations = [r for r in records if r["type"] == "iteration"]
+    assert [r["on_state"] for r in iterations] == [0, 1, 2] and iterations[2]["remaining_before"] == 1
+    # One commit holds the three states' edits; no state whose gate failed is on the branch alone.
+    branch = summary["branch"]
+    assert git(repo, "rev-list", "--count", f"main..{branch}").strip() == "1"
+    assert _branch_files(repo, branch, "f.py") == F_FIXED
+    assert _branch_files(repo, branch, "g.py") == G_FIXED
+    assert "iterations 1, 2 (kept" in git(repo, "log", "-1", "--format=%B", branch)
+    run = read_run(Path(summary["trace"]))
+    assert run.undone == frozenset() and run.green_s == gates[2]["elapsed_s"]
+
+
+def test_in_todo_mode_a_regression_never_fixed_never_reaches_the_branch(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    proc = _fix_cli(repo, tmp_path, BREAK_THEN_FIX[0], mode="todo", json_out=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "not committed: the edits of iterations 1, kept though" in proc.stdout
+    assert "still failing: tests/test_windows.py::test_double" in proc.stdout
+    assert not git(repo, "branch", "--list", "ralph/*").strip()
+    [trace] = (repo / ".ralph" / "runs").glob("*/trace.jsonl")
+    end = read_trace(trace)[-1]
+    assert end["outcome"] == "stalled" and end["final_commit"] is None and end["uncommitted_states"] == [1]
+
+
+def test_a_bad_on_gate_failure_is_one_line_and_exit_2(make_repo, tmp_path):
+    repo = make_repo(BUGGY_WINDOWS)
+    proc = run_ralph("fix", str(repo), "--on-gate-failure", "later")
+    assert proc.returncode == 2 and "on_gate_failure" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# What a gate's report makes of its state (pure).
+
+START = Observation(
+    {t: TestResult(t, o) for t, o in {"fix": "failed", "old": "passed", "flaky": "failed"}.items()}
+)
+
+
+def _state(fix: str, old: str, flaky: str, **checks: bool) -> Observation:
+    tests = {"fix": fix, "old": old, "flaky": flaky}
+    return Observation(
+        {t: TestResult(t, o) for t, o in tests.items()},
+        checks={c: CheckResult(c, passed=p) for c, p in checks.items()},
+    )
+
+
+def _verdict(seen, base, passed=None, *, accepted=False, targets=None, keep=True, stages=()):
+    report = VerifyReport(accepted, "gate", list(stages), observation=seen)
+    judge = lambda obs: score(START, obs, targets)  # noqa: E731
+    return gate_verdict(report, base, passed, judge, keep_regressions=keep)[0]
+
+
+def test_only_a_regressed_test_counted_in_the_error_is_kept_and_only_in_todo_mode():
+    base, regressed = _state("passed", "passed", "passed"), _state("passed", "failed", "passed")
+    assert _verdict(regressed, base) == "kept"
+    assert _verdict(regressed, base, keep=False) == "rejected"
+    # A test failing at the start that is no target is not counted: the run could end on it as the goal.
+    flaky = _state("passed", "passed", "failed")
+    assert _verdict(flaky, base) == "kept"
+    assert _verdict(flaky, base, targets=frozenset({"fix"})) == "rejected"
+    # Anything else broken too, or no verdict at all: undone.
+    lint_broken = _state("passed", "failed", "passed", lint=False)
+    assert _verdict(lint_broken, _state("passed", "passed", "passed", lint=True)) == "rejected"
+    hung = StageResult("gate", ok=False, duration_ms=1.0, error="timed out")
+    assert _verdict(regressed, base, stages=[hung]) == "rejected"
+    assert _verdict(None, base) == "rejected"
+
+
+def test_a_state_on_a_kept_one_passes_only_when_it_breaks_nothing_the_last_passed_state_passed():
+    passed, kept = START, _state("passed", "failed", "failed")
+    still = _state("passed", "failed", "passed")  # better than the kept state, yet "old" still fails
+    assert _verdict(still, kept, passed, accepted=True) == "kept"
+    assert _verdict(_state("passed", "passed", "failed"), kept, passed, accepted=True) == "passed"
+    assert _verdict(still, kept, None, accepted=True) == "passed"  # (on a passed state: as before)
+    # No error the score counts left, and a test broken that it does not count: never kept (the run
+    # would end on it as the goal), never passed.
+    flaky_broken = _state("passed", "passed", "failed")
+    fine = _state("failed", "passed", "passed")
+    assert _verdict(flaky_broken, kept, fine, accepted=True, targets=frozenset({"fix"})) == "rejected"

@@ -176,7 +176,7 @@ def test_an_edit_accepted_again_after_its_state_was_discarded_counts_as_an_accep
 
 
 def test_every_state_a_background_gate_rejected_is_reported_as_caught(tmp_path):
-    from ralph.bench.fix import gate_catches, task_runs
+    from ralph.bench.fix import gate_catches, gate_verdicts, task_runs
 
     records = [
         {"type": "gate", "state": 1, "verdict": "passed", "reason": "gate passed"},
@@ -187,10 +187,14 @@ def test_every_state_a_background_gate_rejected_is_reported_as_caught(tmp_path):
             "reason": "background gate: breaks tests/t.py::a",
         },
         {"type": "gate", "state": 3, "verdict": "discarded", "reason": "discarded"},
+        {"type": "gate", "state": 4, "verdict": "rejected", "reason": "breaks tests/t.py::b", "kept": "todo"},
     ]
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in records))
     results = [{"task": "t", "trace": str(trace)}, {"task": "gone", "trace": str(tmp_path / "none.jsonl")}]
-    assert gate_catches(task_runs(results)) == [
-        {"task": "t", "state": 2, "reason": "background gate: breaks tests/t.py::a"}
+    read = task_runs(results)
+    assert gate_catches(read) == [
+        {"task": "t", "state": 2, "reason": "background gate: breaks tests/t.py::a", "kept": False},
+        {"task": "t", "state": 4, "reason": "breaks tests/t.py::b", "kept": True},  # (--on-gate-failure todo)
     ]
+    assert gate_verdicts([run for _, run in read]) == {"passed": 1, "undone": 1, "kept": 1, "not_judged": 1}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ralph.config import load_config
+from ralph.domain.errors import RalphError
 
 PYPROJECT = """
 [tool.ralph]
@@ -31,3 +34,13 @@ def test_ralph_toml_and_the_no_sandbox_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("RALPH_NO_SANDBOX", "1")
     config = load_config(tmp_path, {})
     assert (config.router, config.candidates, config.sandbox) == ("cascade", 8, False)
+
+
+def test_on_gate_failure_is_rollback_unless_the_config_or_the_flag_says_todo(tmp_path):
+    assert load_config(tmp_path, {}).on_gate_failure == "rollback"
+    (tmp_path / "ralph.toml").write_text('on_gate_failure = "todo"\n')
+    assert load_config(tmp_path, {}).on_gate_failure == "todo"
+    assert load_config(tmp_path, {"on_gate_failure": "rollback"}).on_gate_failure == "rollback"
+    (tmp_path / "ralph.toml").write_text('on-gate-failure = "later"\n')
+    with pytest.raises(RalphError, match="on_gate_failure: Input should be 'rollback' or 'todo'"):
+        load_config(tmp_path, {})

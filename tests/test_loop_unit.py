@@ -19,20 +19,31 @@ from ralph.domain.protocols import DraftContext, Evidence, IterationSummary, Rou
 from ralph.domain.results import StageResult, TestResult
 from ralph.domain.score import Observation, Score, regressions, score
 from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
+from ralph.endings import uncommitted
 from ralph.loop import Budget, Lane, Loop
+from ralph.validators.background import gate_verdict
 
 BUGGY = {"f.py": "f = 1\n", "g.py": "g = 1\n"}
 FIXED = {"f.py": "f = 2\n", "g.py": "g = 2\n"}
 
 
 def observe(files: dict[str, str]) -> Observation:
-    """One test per file: it passes when the file holds its fix (a comment `# h` aside)."""
+    """One test per file: it passes when the file holds its fix (a comment `# h` and blank lines aside)."""
     return Observation(
         {
-            f"t::{p}": TestResult(f"t::{p}", "passed" if text.replace("# h\n", "") == FIXED[p] else "failed")
+            f"t::{p}": TestResult(
+                f"t::{p}", "passed" if text.replace("# h\n", "").strip() == FIXED[p].strip() else "failed"
+            )
             for p, text in files.items()
         }
     )
+
+
+def suite(files: dict[str, str]) -> Observation:
+    """What the whole suite sees: `observe`'s tests and t::h, which a `# h` anywhere breaks (only
+    the gate runs it, unless the accepted state fails it)."""
+    broken = any("# h" in text for text in files.values())
+    return Observation({**observe(files).tests, "t::h": TestResult("t::h", "failed" if broken else "passed")})
 
 
 class Files:
@@ -107,6 +118,8 @@ class Judge:
         if progress is not None:
             progress("tests")
         obs = observe(self.workspace.files)
+        if "t::h" in current.failing_tests():  # the accepted state's failing tests are run
+            obs = Observation({**obs.tests, "t::h": suite(self.workspace.files).tests["t::h"]})
         better = self.score(obs).remaining < self.score(current).remaining
         broken = regressions(current, obs)
         report = VerifyReport(not broken and better, "; ".join(broken) or "scored", [], obs, self.score(obs))
@@ -166,6 +179,7 @@ class Commits:
 
     def __init__(self, trace: Records) -> None:
         self.trace, self.prepared, self.advanced = trace, 0, list[str]()
+        self.changes: list[dict[str, str | None]] = []  # what each prepared commit writes
 
     @property
     def tip(self) -> str | None:
@@ -175,6 +189,7 @@ class Commits:
         self, changes: Sequence[FileChange], message: str, encode: Callable[[str, str], bytes]
     ) -> str:
         self.prepared += 1
+        self.changes.append({c.path: c.after for c in changes})
         return f"c{self.prepared}"
 
     def advance(self, commit: str) -> None:
@@ -236,6 +251,34 @@ class Verdicts:
 
     def cancel(self) -> None:
         self.cancelled = True
+
+
+class Suite(Verdicts):
+    """`Gate` that runs the whole suite (`suite`) on the state it holds and judges as the background
+    gate does (`gate_verdict`), keeping a regressed state with `keep`; `decide` False: no verdict."""
+
+    def __init__(self, keep: bool, decide: Callable[[GateJob], bool] = lambda job: True, delay: int = 0):
+        super().__init__(decide, delay)
+        self.keep, self.base, self.passed, self.on_kept = keep, suite(BUGGY), suite(BUGGY), False
+
+    def _gate(self, job: GateJob) -> GateOutcome:
+        if job.parent != self.tip:
+            return GateOutcome(job.state, "discarded")
+        files = {**self.gated, **{c.path: c.after or "" for c in job.changes}}
+        if not self.decide(job):
+            return GateOutcome(job.state, "rejected", VerifyReport(False, "gate: no verdict: it hung"), 1.0)
+        seen, judge = suite(files), Judge(Files(files)).score
+        broken, better = regressions(self.base, seen), judge(seen).remaining < judge(self.base).remaining
+        report = VerifyReport(not broken and better, "; ".join(broken) or "passed", [], seen, judge(seen))
+        passed = self.passed if self.on_kept else None
+        verdict, report = gate_verdict(report, self.base, passed, judge, keep_regressions=self.keep)
+        if verdict == "rejected":
+            return GateOutcome(job.state, "rejected", report, 1.0)
+        self.tip, self.gated, self.base, self.on_kept = job.state, files, seen, verdict == "kept"
+        if verdict == "passed":
+            self.passed = seen
+            return GateOutcome(job.state, "passed", report, 1.0)
+        return GateOutcome(job.state, "rejected", report, 1.0, kept=True)
 
 
 def make_loop(
@@ -370,3 +413,106 @@ def test_a_lanes_candidate_after_the_accepted_one_is_stopped_and_undone() -> Non
     assert result.outcome == "goal"
     assert records.of("iteration")[0]["cancelled"] == 1
     assert all(w.accepted == FIXED and w.files == FIXED for w in workspaces), [w.accepted for w in workspaces]
+
+
+BREAKS_H = {"f.py": FIXED["f.py"] + "# h\n"}  # fixes f, and breaks t::h, which only the gate runs
+
+
+def test_in_todo_mode_a_state_whose_gate_finds_a_regression_stays_and_the_regression_is_fixed_next() -> None:
+    drafter = Script(
+        "s",
+        [("fix f, break h", BREAKS_H)],
+        [("fix g", {"g.py": FIXED["g.py"]})],
+        [("dud", {"g.py": "g = 3\n"}), ("unbreak h", {"f.py": FIXED["f.py"]})],
+    )
+    loop, records, branch, workspaces = make_loop(drafter, lanes=2, gate=Suite(keep=True))
+    result = loop.run(observe(BUGGY))
+    assert result.outcome == "goal" and result.accepted == 3 and result.uncommitted == ()
+    first, second, third = records.of("gate")
+    # Kept, twice (the second still carries the regression), then passed: one commit holds all three.
+    assert (first["verdict"], first["kept"], first["commit"]) == ("rejected", "todo", None)
+    assert "test t::h" in first["reason"] and first["discarded"] == []
+    assert (second["verdict"], second["kept"]) == ("rejected", "todo") and "still breaks test t::h" in second[
+        "reason"
+    ]
+    assert third["verdict"] == "passed" and third["kept_states"] == [1, 2] and "kept" not in third
+    assert branch.advanced == ["c1"] and branch.changes == [{"f.py": FIXED["f.py"], "g.py": FIXED["g.py"]}]
+    # The loop went on from what the gate saw: the regressed test was the error left to remove.
+    iterations = records.of("iteration")
+    assert [(i["remaining_before"], i["remaining_after"]) for i in iterations] == [(2, 1), (2, 1), (1, 0)]
+    assert "t::h" in [t.nodeid for t in drafter.contexts[1].failing_tests]
+    assert all(w.accepted == FIXED for w in workspaces)
+
+
+def test_in_todo_mode_a_regression_never_fixed_is_never_committed() -> None:
+    drafter = Script("s", [("fix f, break h", BREAKS_H)], [("fix g", {"g.py": FIXED["g.py"]})])
+    loop, records, branch, _ = make_loop(drafter, gate=Suite(keep=True))
+    result = loop.run(observe(BUGGY))
+    assert result.outcome == "stalled" and result.remaining == 1 and branch.advanced == []
+    assert result.accepted == 0  # no accept reached the branch
+    assert [g.get("kept") for g in records.of("gate")] == ["todo", "todo"]
+    assert (
+        result.uncommitted == (1, 2)
+        and result.final is not None
+        and result.final.failing_targets == ("t::h",)
+    )
+    assert "iterations 1, 2" in (uncommitted(result.uncommitted) or "")
+
+
+def test_in_rollback_mode_the_same_regression_is_undone() -> None:
+    drafter = Script("s", [("fix f, break h", BREAKS_H)], [("fix f", {"f.py": FIXED["f.py"]})])
+    loop, records, branch, _ = make_loop(drafter, gate=Suite(keep=False))
+    result = loop.run(observe(BUGGY))
+    assert [(g["verdict"], g.get("kept")) for g in records.of("gate")] == [
+        ("rejected", None),
+        ("passed", None),
+    ]
+    assert result.uncommitted == () and branch.changes == [{"f.py": FIXED["f.py"]}]
+
+
+def test_in_todo_mode_states_built_on_a_kept_one_before_its_verdict_are_gated_on_it() -> None:
+    drafter = Script(
+        "s",
+        [("fix f, break h", BREAKS_H)],
+        [("fix g", {"g.py": FIXED["g.py"]})],  # accepted on "fix f, break h" before its gate ends
+        [("unbreak h", {"f.py": FIXED["f.py"]})],
+    )
+    loop, records, branch, _ = make_loop(drafter, gate=Suite(keep=True, delay=2))
+    result = loop.run(observe(BUGGY))
+    assert [(g["state"], g["verdict"], g.get("kept")) for g in records.of("gate")] == [
+        (1, "rejected", "todo"),
+        (2, "rejected", "todo"),
+        (3, "passed", None),
+    ]
+    assert result.outcome == "goal" and branch.changes == [FIXED]
+
+
+def test_in_todo_mode_a_state_on_a_kept_one_whose_gate_fails_otherwise_goes_back_to_the_kept_one() -> None:
+    gate = Suite(keep=True, decide=lambda job: job.candidate.description != "fix g, hangs")
+    drafter = Script(
+        "s",
+        [("fix f, break h", BREAKS_H)],
+        [("fix g, hangs", {"g.py": FIXED["g.py"]})],
+        [("fix g", {"g.py": FIXED["g.py"] + "\n"})],
+    )
+    loop, records, _, workspaces = make_loop(drafter, lanes=2, gate=gate, max_iterations=3)
+    states: list[list[dict[str, str]]] = []
+    records.on_iteration = lambda: states.append([dict(w.accepted) for w in workspaces])
+    result = loop.run(observe(BUGGY))
+    kept, hung, third = records.of("gate")
+    assert kept["kept"] == "todo" and hung["verdict"] == "rejected" and "kept" not in hung
+    # Back on the kept state (f fixed, h broken), not the start, on every lane; its regression still to fix.
+    assert states[2] == [{"f.py": BREAKS_H["f.py"], "g.py": FIXED["g.py"] + "\n"}] * 2, states
+    assert records.of("iteration")[2]["remaining_before"] == 2
+    assert third.get("kept") == "todo" and result.outcome == "max_iterations" and result.uncommitted == (1, 3)
+
+
+def test_in_todo_mode_what_was_rejected_on_a_state_before_it_was_kept_may_be_verified_again() -> None:
+    unbreak = ("unbreak h", {"f.py": FIXED["f.py"]})  # no improvement until the gate shows t::h failing
+    drafter = Script(
+        "s", [("fix f, break h", BREAKS_H)], [unbreak], [unbreak], [("fix g", {"g.py": FIXED["g.py"]})]
+    )
+    loop, records, _, _ = make_loop(drafter, gate=Suite(keep=True, delay=1))
+    loop.run(observe(BUGGY))
+    verdicts = [[c["verdict"] for c in i["candidates"]] for i in records.of("iteration")]
+    assert verdicts[:3] == [["accepted"], ["rejected"], ["accepted"]]

@@ -26,7 +26,16 @@ from tests.test_sound_verdicts import FIXED, needs_bwrap, replay, run_fix, verdi
 
 pytestmark = needs_bwrap
 
-GATES = pytest.mark.parametrize("background", [True, False], ids=["background_gate", "gate_in_line"])
+# The gate beside the loop in both modes of --on-gate-failure, and in line.
+GATES = pytest.mark.parametrize(
+    "gate",
+    [
+        {"background_gate": True},
+        {"background_gate": True, "on_gate_failure": "todo"},
+        {"background_gate": False},
+    ],
+    ids=["background_gate", "background_gate_todo", "gate_in_line"],
+)
 
 # Each probe sets BREACHED = 1 where the run looks like the user's: the fix is wrong there.
 AT_THE_COPYS_PATH = """import os
@@ -54,18 +63,18 @@ def _rejected_by_the_gate(outcome) -> None:
 
 
 @GATES
-def test_a_fix_right_only_at_the_copys_path_is_rejected_by_the_gate(make_repo, tmp_path, background):
+def test_a_fix_right_only_at_the_copys_path_is_rejected_by_the_gate(make_repo, tmp_path, gate):
     repo = _repo(make_repo)
     drafter = replay(
         tmp_path,
         {"description": "fix, at our path", "files": {"windows.py": _with_probe(FIXED, AT_THE_COPYS_PATH)}},
     )
-    _rejected_by_the_gate(run_fix(repo, drafter, max_iterations=1, background_gate=background))
+    _rejected_by_the_gate(run_fix(repo, drafter, max_iterations=1, **gate))
 
 
 @GATES
 def test_a_fix_right_only_without_the_users_tmpdir_is_rejected_by_the_gate(
-    make_repo, tmp_path, monkeypatch, background
+    make_repo, tmp_path, monkeypatch, gate
 ):
     repo = _repo(make_repo)
     users = tmp_path / "users-tmp"
@@ -76,18 +85,18 @@ def test_a_fix_right_only_without_the_users_tmpdir_is_rejected_by_the_gate(
         tmp_path,
         {"description": "fix, no TMPDIR", "files": {"windows.py": _with_probe(FIXED, WITHOUT_A_TMPDIR)}},
     )
-    _rejected_by_the_gate(run_fix(repo, drafter, max_iterations=1, background_gate=background))
+    _rejected_by_the_gate(run_fix(repo, drafter, max_iterations=1, **gate))
     assert not any(users.iterdir())  # the tests' files went to the sandbox's private tmpfs
 
 
 @GATES
-def test_a_fix_right_only_with_our_settings_in_sight_is_never_committed(make_repo, tmp_path, background):
+def test_a_fix_right_only_with_our_settings_in_sight_is_never_committed(make_repo, tmp_path, gate):
     repo = _repo(make_repo)
     drafter = replay(
         tmp_path,
         {"description": "fix, seeing us", "files": {"windows.py": _with_probe(FIXED, WITH_OUR_SETTINGS)}},
     )
-    outcome = run_fix(repo, drafter, max_iterations=1, background_gate=background)
+    outcome = run_fix(repo, drafter, max_iterations=1, **gate)
     [verdict] = verdicts(outcome)
     assert verdict["verdict"] == "rejected" and outcome.branch is None, verdict
 
@@ -106,12 +115,12 @@ def _own_venv(repo: Path) -> Path:
 
 
 @GATES
-def test_a_true_fix_in_a_repo_with_its_own_venv_is_committed_without_it(make_repo, tmp_path, background):
+def test_a_true_fix_in_a_repo_with_its_own_venv_is_committed_without_it(make_repo, tmp_path, gate):
     repo = _repo(make_repo, {**BUGGY_WINDOWS, ".gitignore": ".venv/\n"})
     python = _own_venv(repo)
     before = sorted(p.relative_to(repo) for p in (repo / ".venv").rglob("*"))
     drafter = replay(tmp_path, {"description": "fix", "files": {"windows.py": FIXED}})
-    outcome = run_fix(repo, drafter, max_iterations=1, background_gate=background)
+    outcome = run_fix(repo, drafter, max_iterations=1, **gate)
     assert outcome.python == str(python)
     [verdict] = verdicts(outcome)
     assert verdict["verdict"] == "accepted", verdict

@@ -538,8 +538,13 @@ def test_a_candidate_that_silences_a_checker_is_refused(make_repo, tmp_path):
     assert verdict["failed_stage"] == "policy" and "noqa" in verdict["reason"]
 
 
+# The gate beside the loop in both modes of --on-gate-failure: what it cannot vouch for is undone in both.
+ON_GATE_FAILURE = pytest.mark.parametrize("on_gate_failure", ["rollback", "todo"])
+
+
 @needs_bwrap
-def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_path):
+@ON_GATE_FAILURE
+def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_path, on_gate_failure):
     """Every test process looks as `python -m pytest` does (its command line, its `__main__`), the
     gate's too, whatever worker it forks from: a candidate that kills such a process gives no
     verdict, whichever stage meets it first."""
@@ -552,14 +557,15 @@ def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_pat
         "        os.kill(os.getpid(), signal.SIGKILL)\n",
     )
     drafter = replay(tmp_path, {"description": "two-faced", "files": {"windows.py": two_faced}})
-    outcome = run_fix(repo, drafter, max_iterations=1)
+    outcome = run_fix(repo, drafter, max_iterations=1, background_gate=True, on_gate_failure=on_gate_failure)
     [verdict] = verdicts(outcome)
     assert verdict["verdict"] == "rejected" and "no verdict" in verdict["reason"]
     assert outcome.branch is None
 
 
 @needs_bwrap
-def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(make_repo, tmp_path):
+@ON_GATE_FAILURE
+def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(make_repo, tmp_path, on_gate_failure):
     """Only a whole-suite run in a fresh process can accept: a candidate that is right in a warm
     fork, or whenever the command line names tests or -x, would fail in the user's `pytest`."""
     repo = make_repo(BUGGY_WINDOWS)
@@ -571,10 +577,36 @@ def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(make_repo, t
         "        return []\n",
     )
     drafter = replay(tmp_path, {"description": "argv-sniffing", "files": {"windows.py": two_faced}})
-    outcome = run_fix(repo, drafter, max_iterations=1)
+    outcome = run_fix(repo, drafter, max_iterations=1, background_gate=True, on_gate_failure=on_gate_failure)
     [verdict] = verdicts(outcome)
     assert verdict["verdict"] == "rejected", verdict["reason"]
     assert outcome.branch is None
+
+
+@needs_bwrap
+def test_a_candidate_that_breaks_a_passing_test_only_in_the_whole_suite_never_reaches_the_branch(
+    make_repo, tmp_path
+):
+    """In todo mode such a state is kept, its code the loop's state: only a later state whose gate
+    passed is committed, and what the branch holds is the gated state's files, none of the kept code."""
+    repo = make_repo(BUGGY_WINDOWS)
+    two_faced = "import sys\n\n" + FIXED.replace(
+        "def double(x):\n",
+        "def double(x):\n"
+        "    if not any(a == '-x' or '::' in a or a.endswith('.py') for a in sys.argv[1:]):\n"
+        "        return x * 3\n",
+    )
+    drafter = replay(
+        tmp_path,
+        {"description": "two-faced", "files": {"windows.py": two_faced}},
+        {"description": "fix", "files": {"windows.py": FIXED}},
+    )
+    outcome = run_fix(repo, drafter, max_iterations=3, background_gate=True, on_gate_failure="todo")
+    gates = [r for r in read_trace(outcome.trace) if r["type"] == "gate"]
+    assert [(g["verdict"], g.get("kept")) for g in gates] == [("rejected", "todo"), ("passed", None)], gates
+    assert "test_double" in gates[0]["reason"]
+    assert outcome.result.outcome == "goal" and outcome.branch is not None
+    assert git(repo, "show", f"{outcome.branch}:windows.py") == FIXED
 
 
 def test_a_project_that_stops_at_its_first_failure_can_still_be_verified(tmp_path):

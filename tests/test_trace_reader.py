@@ -35,8 +35,9 @@ def iteration(i, before, after, *, state=None, fingerprint="", elapsed=None, **e
     return record
 
 
-def gate(state, verdict, remaining, *, discarded=(), elapsed=None):
+def gate(state, verdict, remaining, *, discarded=(), elapsed=None, **extra):
     return {
+        **extra,
         "type": "gate",
         "schema": 1,
         "state": state,
@@ -88,6 +89,34 @@ def test_a_state_whose_gate_never_reported_is_undone():
     assert run.undone == {2, 3} and run.green_s is None
 
 
+# --on-gate-failure todo: 2's gate finds a regression and keeps it; 3, built on it, still carries it
+# and is kept too; 4 fixes it, and its commit holds 2's and 3's edits.
+KEPT = [
+    START,
+    iteration(1, 3, 2, state=1, fingerprint="f1", on_state=0),
+    gate(1, "passed", 2),
+    iteration(2, 2, 1, state=2, fingerprint="f2", on_state=1),
+    gate(2, "rejected", 2, kept="todo"),
+    iteration(3, 2, 1, state=3, fingerprint="f3", on_state=2),
+    gate(3, "rejected", 2, kept="todo"),
+    iteration(4, 1, 0, state=4, fingerprint="f4", on_state=3),
+    gate(4, "passed", 0, kept_states=[2, 3]),
+    {"type": "run_end", "schema": 1, "outcome": "goal", "wall_s": 6.0, "remaining": 0},
+]
+
+
+def test_a_state_kept_as_a_todo_is_not_undone_once_a_state_built_on_it_passes():
+    run = parse_run(KEPT)
+    assert run.undone == frozenset()
+    assert [g.kept for g in run.gates] == [False, True, True, False] and run.gates[3].kept_states == (2, 3)
+    assert run.steps == (3, 2, 2, 2, 0) and run.green_iteration == 4
+
+
+def test_a_kept_state_no_passed_state_carried_never_reached_the_branch():
+    run = parse_run(KEPT[:7])
+    assert run.undone == {2, 3} and run.green_s is None
+
+
 def test_progress_and_time_to_green_count_gated_states_only():
     run = parse_run(UNDONE)
     assert run.steps == (3, 2, 2, 2, 1, 0)  # 2 and 3 never counted; 4 counts once its gate passed
@@ -129,3 +158,15 @@ def test_a_record_of_the_wrong_shape_is_one_line_naming_the_trace(tmp_path):
     proc = run_ralph("report", str(trace))
     assert proc.returncode == 2 and str(trace) in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_resumed_run_may_verify_again_what_was_kept_or_judged_on_a_kept_state():
+    """The branch holds no kept state that nothing carried: a resumed run starts from the last
+    passed one, where neither a kept edit nor what was rejected on it is known to fail."""
+    from ralph.session import _rejected_and_tip
+
+    judged_on_kept = iteration(4, 2, 2, fingerprint="f9", on_state=3)
+    rejected, _ = _rejected_and_tip([*KEPT[:7], judged_on_kept])
+    assert rejected == frozenset()
+    rejected, _ = _rejected_and_tip(UNDONE)  # (a state undone by its gate: its edit is rejected)
+    assert rejected == {"f2"}

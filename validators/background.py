@@ -7,6 +7,13 @@ here, in one worker thread, in the order the states were made, each in a fresh p
 The workspace always holds the last state whose gate passed: a job is that state plus one edit,
 kept when the gate passes and undone when it does not. A job built on any other state (one whose gate failed) is discarded unrun.
 
+With `keep_regressions` (`--on-gate-failure todo`) a state whose gate found only tests that passed
+before and fail now is kept too, as the base of the next job: the workspace then holds it, and the
+regressed tests are part of what the next state is judged against. A state built on a kept one
+passes (and is committed, with the kept edits) only when it breaks nothing the last passed state
+passed and has less error left; one that still carries a regression is kept in turn. Anything else
+a gate finds (a check, a diagnostic, a policy refusal, no verdict) undoes the state as before.
+
 The synchronous stages' results are judged again against the gated state the job builds on (a test
 the provisional state only assumed failing may pass there), then the gate's. A gate that hangs,
 crashes or is killed gives no verdict: a failed gate for its state, with the reason.
@@ -17,12 +24,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ralph.domain.candidate import FileChange, squash
 from ralph.domain.results import StageResult
-from ralph.domain.score import Observation
+from ralph.domain.score import Observation, Score, regressed_tests, regressions
 from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
 from ralph.sandboxes.workspace import Workspace, empty_dir
 from ralph.validators.stages import FORMAT_FIX, RUFF_FIX, Attempt, run_sequence
@@ -42,6 +51,7 @@ class BackgroundGate:
         toolchain: Toolchain,
         *,
         start: Observation,
+        keep_regressions: bool = False,
     ) -> None:
         self.workspace = workspace
         self.toolchain = toolchain
@@ -50,7 +60,10 @@ class BackgroundGate:
         self.warm = tools.gate.warm
         self.status = ""  # what the gate is doing now, for the loop's live line
         tools.gate.progress = self._show
-        self._tip, self._tip_obs = 0, start  # the last state whose gate passed (0: the start)
+        self._tip, self._tip_obs = 0, start  # the state the workspace holds: the next job's base
+        self._passed_obs = start  # the last state whose gate passed (the tip, unless one was kept)
+        self._kept: list[FileChange] = []  # the kept states' edits since then, in order
+        self.keep_regressions = keep_regressions
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-gate")
         self._futures: list[tuple[int, Future[GateOutcome]]] = []
         self._cancelled = threading.Event()
@@ -109,22 +122,28 @@ class BackgroundGate:
             why = f"the background gate crashed: {type(exc).__name__}: {exc}"
             report = VerifyReport(False, f"gate: no verdict: {why}", failed_stage="gate")
         finally:
-            report = self._settle(job, report)
+            verdict, report = self._settle(job, report)
             self.status = ""
         report.duration_ms = (time.perf_counter() - start) * 1000
         if self._cancelled.is_set():
             return GateOutcome(job.state, "cancelled", report, report.duration_ms)
-        if report.accepted and report.observation is not None:
-            self._tip, self._tip_obs = job.state, report.observation
+        if verdict == "rejected" or report.observation is None:
+            return GateOutcome(job.state, "rejected", report, report.duration_ms)
+        self._tip, self._tip_obs = job.state, report.observation
+        if verdict == "passed":
+            self._passed_obs, self._kept = report.observation, []
             return GateOutcome(job.state, "passed", report, report.duration_ms)
-        return GateOutcome(job.state, "rejected", report, report.duration_ms)
+        self._kept += job.changes
+        return GateOutcome(job.state, "rejected", report, report.duration_ms, kept=True)
 
     def _judge(self, job: GateJob) -> VerifyReport:
         """The job's synchronous results against the gated state it builds on, then the gate."""
         if self._broken is not None:
             return VerifyReport(False, f"gate: no verdict: {self._broken}", failed_stage="gate")
         self.workspace.restore(job.changes)  # the gated state plus the edit, exactly
-        candidate = replace(job.candidate, changes=job.changes)
+        # On a kept state, the checks look at every file edited since the last passed state (the kept
+        # state's gate stopped at its regression, before its checks ran).
+        candidate = replace(job.candidate, changes=squash((*self._kept, *job.changes)))
         attempt = Attempt(self.context, candidate, self._tip_obs, reset=self.workspace.restore)
         broken = attempt.merge(_observed(job.stages))
         if broken is None:
@@ -134,22 +153,74 @@ class BackgroundGate:
             return broken
         return attempt.report(True, f"gate passed: remaining error {attempt.before} -> {attempt.remaining}")
 
-    def _settle(self, job: GateJob, report: VerifyReport) -> VerifyReport:
-        """The workspace back to the gated state: the job's state when it passed, else its parent.
-        When that fails the copy is in no known state: this gate and every later one give no verdict."""
+    def _settle(self, job: GateJob, report: VerifyReport) -> tuple[str, VerifyReport]:
+        """The verdict (`gate_verdict`), and the workspace back to the next job's base: the job's
+        state when it passed or is kept, else its parent. When that fails the copy is in no known
+        state: this gate and every later one give no verdict."""
+        verdict, report = gate_verdict(
+            report,
+            self._tip_obs,
+            self._passed_obs if self._kept else None,
+            self.context.score,
+            keep_regressions=self.keep_regressions,
+        )
         try:
             if self._broken is None:
-                if report.accepted:
-                    self.workspace.accept(job.changes)
-                else:
+                if verdict == "rejected":
                     self.workspace.rollback(job.changes)
+                else:
+                    self.workspace.accept(job.changes)
         except Exception as exc:
             self._broken = f"its workspace could not be put back: {type(exc).__name__}: {exc}"
         if self.toolchain.scratch is not None:
             empty_dir(self.toolchain.scratch)
         if self._broken is not None:
-            return VerifyReport(False, f"gate: no verdict: {self._broken}", failed_stage="gate")
-        return report
+            return "rejected", VerifyReport(False, f"gate: no verdict: {self._broken}", failed_stage="gate")
+        return verdict, report
+
+
+def gate_verdict(
+    report: VerifyReport,
+    base: Observation,
+    passed: Observation | None,
+    score: Callable[[Observation], Score],
+    *,
+    keep_regressions: bool,
+) -> tuple[str, VerifyReport]:
+    """What a gate's report makes of its state, judged on `base` (the state it was built on):
+    "passed", "kept" or "rejected", with the report to give. `passed` is the last state whose gate
+    passed when `base` is a kept state (else None): a state built on a kept one passes only when it
+    breaks nothing that one passed and has less error left, else it is kept in turn. A state is kept
+    (with `keep_regressions`) only for tests that passed on `base` and fail now, the tests counted in
+    its remaining error (the run cannot end on it as the goal); never for a gate that gave no
+    verdict, nor for a check, a diagnostic or a syntax error it broke."""
+    observed = report.observation
+    if observed is None or any(s.error is not None for s in report.stages):
+        return "rejected", report
+    left = score(observed)
+    if report.accepted:
+        if passed is None:
+            return "passed", report
+        broken = regressions(passed, observed)
+        if not broken and left.remaining < score(passed).remaining:
+            return "passed", report
+        if left.remaining <= 0:  # (no regression the score counts, yet not a passed state)
+            return "rejected", replace(report, accepted=False, reason=f"background gate: {_still(broken)}")
+        return "kept", replace(
+            report, accepted=False, reason=f"background gate passed on the kept state: {_still(broken)}"
+        )
+    tests = regressed_tests(base, observed) if keep_regressions else ()
+    counted = {*left.failing_targets, *left.regressions}
+    if tests and counted.issuperset(tests):
+        return "kept", report
+    return "rejected", report
+
+
+def _still(broken: list[str]) -> str:
+    if not broken:
+        return "no less error left than the last state whose gate passed"
+    more = f" (+{len(broken) - 3} more)" if len(broken) > 3 else ""
+    return "still breaks " + "; ".join(broken[:3]) + more + " (fine in the last state whose gate passed)"
 
 
 def _observed(stages: tuple[StageResult, ...]) -> list[StageResult]:

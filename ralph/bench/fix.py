@@ -308,11 +308,23 @@ def gate_catches(read: list[tuple[dict[str, Any], Run]]) -> list[dict[str, Any]]
     targeted stages let through, since they judge only what the state failed. The gate is the
     oracle; this is the recall the targeted stages would have without it."""
     return [
-        {"task": result["task"], "state": gate.state, "reason": gate.reason}
+        {"task": result["task"], "state": gate.state, "reason": gate.reason, "kept": gate.kept}
         for result, run in read
         for gate in run.gates
         if gate.verdict == "rejected"
     ]
+
+
+def gate_verdicts(runs: list[Run]) -> dict[str, int]:
+    """How the background gates of `runs` ended: passed, rejected and undone, rejected yet kept as a
+    todo (`--on-gate-failure todo`), or never judged (discarded, cancelled)."""
+    gates = [g for run in runs for g in run.gates]
+    return {
+        "passed": sum(g.passed for g in gates),
+        "undone": sum(g.verdict == "rejected" and not g.kept for g in gates),
+        "kept": sum(g.kept for g in gates),
+        "not_judged": sum(g.verdict in ("discarded", "cancelled") for g in gates),
+    }
 
 
 def task_runs(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Run]]:
@@ -358,6 +370,7 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
             "gate_beside": round(sum(r.gate_s for r in runs) / wall, 4),
         },
         "gate_caught": gate_catches(read),
+        "gate_verdicts": gate_verdicts(traces),
         "results": sorted(results, key=lambda r: r["task"]),
         "traces": str(out / "traces"),
     }

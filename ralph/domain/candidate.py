@@ -52,6 +52,16 @@ def undoing(changes: Iterable[FileChange]) -> tuple[FileChange, ...]:
     return tuple(c.inverse() for c in reversed(list(changes)))
 
 
+def squash(changes: Iterable[FileChange]) -> tuple[FileChange, ...]:
+    """Changes applied in order as one change per file (its first `before`, its last `after`),
+    leaving out the files they leave as they were."""
+    merged: dict[str, FileChange] = {}
+    for change in changes:
+        first = merged.get(change.path, change)
+        merged[change.path] = FileChange(change.path, first.before, change.after)
+    return tuple(c for c in merged.values() if c.before != c.after)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """An edit proposed by a drafter, not yet verified."""

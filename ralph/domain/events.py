@@ -77,3 +77,5 @@ class GateRecord(TypedDict):
     stages: list[dict[str, Any]]
     discarded: list[int]  # states built on this one, undone with it
     commit: str | None  # the branch's commit afterwards (only gated states reach it)
+    kept: NotRequired[str]  # "todo": rejected, yet kept as the loop's state (--on-gate-failure todo)
+    kept_states: NotRequired[list[int]]  # kept states whose edits this passed state's commit holds

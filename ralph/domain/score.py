@@ -155,6 +155,18 @@ def regressions(current: Observation, candidate: Observation) -> list[str]:
     return broken
 
 
+def regressed_tests(current: Observation, candidate: Observation) -> tuple[str, ...]:
+    """The tests that passed in `current` and fail, skip or xfail in `candidate`, when that is all
+    `candidate` breaks; () when it breaks nothing, or anything else too (a check, a diagnostic, a
+    syntax error, a new failing test)."""
+    tests = tuple(
+        t
+        for t in sorted(current.passing_tests())
+        if (r := candidate.tests.get(t)) is not None and (r.failing or r.outcome in _DODGES)
+    )
+    return tests if len(tests) == len(regressions(current, candidate)) else ()
+
+
 def uncollected_module(state: Observation, nodeid: str) -> bool:
     """Whether `nodeid` lies in a module (or directory) that failed to collect in `state`: one
     failing entry, its path. Its tests are not new there, they could not be seen."""

@@ -70,9 +70,13 @@ class GateJob:
 @dataclass(frozen=True)
 class GateOutcome:
     """What the background gate made of a state: "passed", "rejected" (the report says why), or
-    "discarded" (it was built on a state whose gate did not pass, or the gate was cancelled)."""
+    "discarded" (it was built on a state whose gate did not pass, or the gate was cancelled).
+    `kept`: rejected, yet kept as the base of the next state (`--on-gate-failure todo`): the tests it
+    broke are the loop's to fix (they count in its remaining error, never zero), and its edit is
+    committed with the next state whose gate passes."""
 
     state: int
     verdict: str
     report: VerifyReport | None = None
     duration_ms: float = 0.0
+    kept: bool = False
