@@ -116,10 +116,12 @@ class RunConfig(BaseModel):
     jobs: int | None = Field(default=None, ge=1, le=32)
     """Candidates verified at once, each on its own copy; None: a core each, one left for drafting
     (and one for the background gate)."""
-    gate_workers: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
+    gate_workers: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = 0
     """pytest-xdist workers for the gate's whole-suite run (`-n N`), where the project's interpreter
-    has pytest-xdist 3.6+ and its pytest settings leave xdist alone; 0: one process; auto: with 4+
-    cores, half of them when the gate runs beside the loop, else each lane's share (2 at least)."""
+    has pytest-xdist 3.6+ and its pytest settings leave xdist alone; 0 (the default): one process, as
+    the user runs `pytest`; auto: with 4+ cores, half of them when the gate runs beside the loop, else
+    each lane's share (2 at least). Off unless asked: code can tell a worker from `python -m pytest`
+    (its environment names the worker), so a two-faced candidate could pass there and not for the user."""
 
     @model_validator(mode="before")
     @classmethod

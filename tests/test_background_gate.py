@@ -432,3 +432,39 @@ def test_a_state_on_a_kept_one_passes_only_when_it_breaks_nothing_the_last_passe
     flaky_broken = _state("passed", "passed", "failed")
     fine = _state("failed", "passed", "passed")
     assert _verdict(flaky_broken, kept, fine, accepted=True, targets=frozenset({"fix"})) == "rejected"
+
+
+def test_in_todo_mode_an_edit_undone_by_a_later_state_is_checked_as_undone(make_repo, tmp_path):
+    """A kept state's edit of a file only a check reads, put back as it was by the state built on it:
+    that state's gate checks the file as it now is (the check fails again), not as the kept state left
+    it, and the run is not green while the check fails."""
+    repo = make_repo(
+        {
+            **_slow_h(0),
+            "notes.py": "STATUS = 'todo'\n",
+            "check.py": "import sys\n\nsys.exit(0 if 'done' in open('notes.py').read() else 1)\n",
+            "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+            '[tool.ralph]\nchecks = ["python3 check.py"]\n',
+        }
+    )
+    proc = _fix_cli(
+        repo,
+        tmp_path,
+        # fixes f and the check's file, breaks h (seen by the gate alone): kept
+        {
+            "description": "fix f, notes done, break h",
+            "files": {"f.py": F_FIXED_H_BROKEN, "notes.py": "STATUS = 'done'\n"},
+        },
+        # unbreaks h, fixes g, and puts notes.py back as it was at the start: the check fails again
+        {
+            "description": "fix g, unbreak h, notes back",
+            "files": {"f.py": F_FIXED, "g.py": G_FIXED, "notes.py": "STATUS = 'todo'\n"},
+        },
+        mode="todo",
+    )
+    summary = json.loads(proc.stdout)
+    records = read_trace(Path(summary["trace"]))
+    assert records[-1]["outcome"] != "goal", "green while the check fails"
+    branch = summary.get("branch")
+    if branch:
+        assert "done" not in _branch_files(repo, branch, "notes.py")

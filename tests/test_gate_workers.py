@@ -239,13 +239,20 @@ def test_auto_takes_half_the_cores_beside_the_loop_and_a_lanes_share_in_line(
     monkeypatch, cores, background, wanted
 ):
     monkeypatch.setattr("ralph.config.usable_cores", lambda: cores)
-    assert RunConfig(background_gate=background).gate_worker_count == wanted
+    assert RunConfig(background_gate=background, gate_workers="auto").gate_worker_count == wanted
 
 
 def test_in_line_with_one_lane_the_gate_takes_every_core(monkeypatch):
     monkeypatch.setattr("ralph.config.usable_cores", lambda: 8)
-    assert RunConfig(background_gate=False, jobs=1).gate_worker_count == 8
-    assert RunConfig(background_gate=False, jobs=2).gate_worker_count == 4
+    assert RunConfig(background_gate=False, jobs=1, gate_workers="auto").gate_worker_count == 8
+    assert RunConfig(background_gate=False, jobs=2, gate_workers="auto").gate_worker_count == 4
+
+
+def test_the_gate_runs_in_one_process_unless_asked_for_workers(monkeypatch):
+    """As the user runs `pytest`: a test can tell an xdist worker (its environment names it), so
+    workers are a choice, however many cores there are."""
+    monkeypatch.setattr("ralph.config.usable_cores", lambda: 16)
+    assert RunConfig().gate_worker_count == 0
 
 
 def test_gate_workers_is_a_count_or_auto():

@@ -538,13 +538,16 @@ def test_a_candidate_that_silences_a_checker_is_refused(make_repo, tmp_path):
     assert verdict["failed_stage"] == "policy" and "noqa" in verdict["reason"]
 
 
-# The gate beside the loop in both modes of --on-gate-failure: what it cannot vouch for is undone in both.
-ON_GATE_FAILURE = pytest.mark.parametrize("on_gate_failure", ["rollback", "todo"])
+# The gate beside the loop in both modes of --on-gate-failure, and across pytest-xdist workers: what it
+# cannot vouch for is undone in each.
+ON_GATE_FAILURE = pytest.mark.parametrize(
+    ("on_gate_failure", "gate_workers"), [("rollback", 0), ("todo", 0), ("rollback", 2)]
+)
 
 
 @needs_bwrap
 @ON_GATE_FAILURE
-def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_path, on_gate_failure):
+def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_path, on_gate_failure, gate_workers):
     """Every test process looks as `python -m pytest` does (its command line, its `__main__`), the
     gate's too, whatever worker it forks from: a candidate that kills such a process gives no
     verdict, whichever stage meets it first."""
@@ -557,7 +560,14 @@ def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_pat
         "        os.kill(os.getpid(), signal.SIGKILL)\n",
     )
     drafter = replay(tmp_path, {"description": "two-faced", "files": {"windows.py": two_faced}})
-    outcome = run_fix(repo, drafter, max_iterations=1, background_gate=True, on_gate_failure=on_gate_failure)
+    outcome = run_fix(
+        repo,
+        drafter,
+        max_iterations=1,
+        background_gate=True,
+        on_gate_failure=on_gate_failure,
+        gate_workers=gate_workers,
+    )
     [verdict] = verdicts(outcome)
     assert verdict["verdict"] == "rejected" and "no verdict" in verdict["reason"]
     assert outcome.branch is None
@@ -565,7 +575,9 @@ def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_pat
 
 @needs_bwrap
 @ON_GATE_FAILURE
-def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(make_repo, tmp_path, on_gate_failure):
+def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(
+    make_repo, tmp_path, on_gate_failure, gate_workers
+):
     """Only a whole-suite run in a fresh process can accept: a candidate that is right in a warm
     fork, or whenever the command line names tests or -x, would fail in the user's `pytest`."""
     repo = make_repo(BUGGY_WINDOWS)
@@ -577,7 +589,14 @@ def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(make_repo, t
         "        return []\n",
     )
     drafter = replay(tmp_path, {"description": "argv-sniffing", "files": {"windows.py": two_faced}})
-    outcome = run_fix(repo, drafter, max_iterations=1, background_gate=True, on_gate_failure=on_gate_failure)
+    outcome = run_fix(
+        repo,
+        drafter,
+        max_iterations=1,
+        background_gate=True,
+        on_gate_failure=on_gate_failure,
+        gate_workers=gate_workers,
+    )
     [verdict] = verdicts(outcome)
     assert verdict["verdict"] == "rejected", verdict["reason"]
     assert outcome.branch is None

@@ -29,7 +29,7 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ralph.domain.candidate import FileChange, squash
+from ralph.domain.candidate import FileChange
 from ralph.domain.results import StageResult
 from ralph.domain.score import Observation, Score, regressed_tests, regressions
 from ralph.domain.verdict import GateJob, GateOutcome, VerifyReport
@@ -142,9 +142,11 @@ class BackgroundGate:
             return VerifyReport(False, f"gate: no verdict: {self._broken}", failed_stage="gate")
         self.workspace.restore(job.changes)  # the gated state plus the edit, exactly
         # On a kept state, the checks look at every file edited since the last passed state (the kept
-        # state's gate stopped at its regression, before its checks ran).
-        candidate = replace(job.candidate, changes=squash((*self._kept, *job.changes)))
-        attempt = Attempt(self.context, candidate, self._tip_obs, reset=self.workspace.restore)
+        # state's gate stopped at its regression, before its checks ran), an edit undone since
+        # included; what is put back before them is this job's edit alone (the copy holds the kept ones).
+        candidate = replace(job.candidate, changes=job.changes)
+        touched = tuple(dict.fromkeys(c.path for c in self._kept))
+        attempt = Attempt(self.context, candidate, self._tip_obs, reset=self.workspace.restore, touched=touched)
         broken = attempt.merge(_observed(job.stages))
         if broken is None:
             broken, attempt = run_sequence(self.steps, attempt)

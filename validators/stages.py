@@ -69,6 +69,9 @@ class Attempt:
     merged: Observation = field(init=False)
     stages: list[StageResult] = field(default_factory=list)
     amended: bool = False  # the candidate was changed by ruff's safe fixes
+    # Files edited since the last state whose gate passed besides the candidate's (a kept state's,
+    # `--on-gate-failure todo`): the checks look at them too; the workspace already holds them.
+    touched: tuple[str, ...] = ()
     _selection: Selection | None = None
 
     def __post_init__(self) -> None:
@@ -77,7 +80,7 @@ class Attempt:
 
     @property
     def paths(self) -> tuple[str, ...]:
-        return tuple(self.candidate.paths)
+        return tuple(dict.fromkeys((*self.candidate.paths, *self.touched)))
 
     @property
     def selection(self) -> Selection:

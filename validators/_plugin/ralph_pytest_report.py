@@ -418,6 +418,22 @@ def pytest_configure(config) -> None:
     if isinstance(given, dict):
         _in_worker = True
         _settings.update({k: str(v) for k, v in given.items() if k in _WORKER_SETTINGS})
+        _as_python_m_pytest(config.workerinput.get("mainargv"))
+
+
+def _as_python_m_pytest(argv: object) -> None:
+    """In a worker: the command line and the `__main__` module its tests read are the controller's
+    (`python -m pytest ARGS`, as the gate's worker arranged them), not execnet's `-c` and none."""
+    import importlib.util
+    import types
+
+    if isinstance(argv, (list, tuple)) and argv:
+        sys.argv = [str(a) for a in argv]
+    spec = importlib.util.find_spec("pytest.__main__")
+    main = types.ModuleType("__main__")
+    main.__file__ = spec.origin if spec is not None else None
+    main.__spec__, main.__package__ = spec, "pytest"
+    sys.modules["__main__"] = main
 
 
 @pytest.hookimpl(optionalhook=True)
