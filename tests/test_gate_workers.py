@@ -119,6 +119,27 @@ def test_a_test_that_kills_its_worker_gives_no_verdict(gate):
 
 
 @needs_bwrap
+def test_workers_that_all_die_while_collecting_give_no_verdict(gate):
+    """Not "no tests collected": the record of the workers is read first."""
+    dies = "import os\n\nif os.environ.get('PYTEST_XDIST_WORKER'):\n    os._exit(0)\n"
+    result = gate({"lib.py": SUITE["lib.py"] + dies}).check(Scope(timeout_s=60))
+    assert not result.ok and result.error is not None
+    assert "worker" in result.error, result.error
+
+
+@needs_bwrap
+def test_the_workers_command_line_and_main_module_are_python_m_pytests(gate):
+    """A test in a worker reads the command line and `__main__` a one-process `python -m pytest` has."""
+    sniff = (
+        "import sys\n\nimport __main__\n\n\ndef test_looks_like_python_m_pytest():\n"
+        "    assert sys.argv[0].endswith('__main__.py'), sys.argv\n"
+        "    assert (getattr(__main__, '__file__', None) or '').endswith('pytest/__main__.py')\n"
+    )
+    result = gate({"tests/test_three.py": sniff}).check(Scope(timeout_s=60))
+    assert result.ok, (result.detail, result.error, [t.message for t in result.tests if t.failing])
+
+
+@needs_bwrap
 def test_a_test_that_never_reports_fails_the_gate_by_name(gate):
     # A hook that drops one test's run: the worker moves on, the run exits 0.
     conftest = "def pytest_runtest_protocol(item, nextitem):\n    return True if item.name == 'test_double' else None\n"

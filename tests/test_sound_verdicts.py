@@ -547,7 +547,9 @@ ON_GATE_FAILURE = pytest.mark.parametrize(
 
 @needs_bwrap
 @ON_GATE_FAILURE
-def test_a_candidate_that_crashes_python_m_pytest_is_rejected(make_repo, tmp_path, on_gate_failure, gate_workers):
+def test_a_candidate_that_crashes_python_m_pytest_is_rejected(
+    make_repo, tmp_path, on_gate_failure, gate_workers
+):
     """Every test process looks as `python -m pytest` does (its command line, its `__main__`), the
     gate's too, whatever worker it forks from: a candidate that kills such a process gives no
     verdict, whichever stage meets it first."""

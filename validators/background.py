@@ -146,7 +146,9 @@ class BackgroundGate:
         # included; what is put back before them is this job's edit alone (the copy holds the kept ones).
         candidate = replace(job.candidate, changes=job.changes)
         touched = tuple(dict.fromkeys(c.path for c in self._kept))
-        attempt = Attempt(self.context, candidate, self._tip_obs, reset=self.workspace.restore, touched=touched)
+        attempt = Attempt(
+            self.context, candidate, self._tip_obs, reset=self.workspace.restore, touched=touched
+        )
         broken = attempt.merge(_observed(job.stages))
         if broken is None:
             broken, attempt = run_sequence(self.steps, attempt)

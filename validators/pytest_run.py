@@ -104,7 +104,7 @@ class PytestValidator:
             run = replace(run, returncode=1 if failing_records else 0)
             end = {**(end or {}), "exitstatus": run.returncode, "shouldstop": True}
         error = _no_verdict(
-            run, end, unreadable, tests, failing_records, scope, exitfirst, self.trusted, self.known
+            run, end, unreadable, tests, failing_records, scope, exitfirst, self.trusted, self.known, workers
         )
         self.last_changes = harness_changes(end) or frozenset()  # (the baseline's: `known` from then)
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
@@ -322,9 +322,14 @@ def _no_verdict(
     exitfirst: bool,
     trusted: Sequence[str] | None = (),
     known: Collection[tuple[str, str]] = (),
+    workers: int = 0,
 ) -> str | None:
     """Why this run's outcomes cannot be trusted, or None: a run that timed out, died, stopped early,
-    left a torn or missing report, or whose report disagrees with pytest's own exit status and count."""
+    left a torn or missing report, or whose report disagrees with pytest's own exit status and count.
+    A run across `workers` must account for them in its closing record, checked before anything else
+    (one whose every worker went down says it collected nothing)."""
+    if end is not None and not unreadable and (gap := _workers_accounted(end, workers)) is not None:
+        return gap
     if run.error:
         return run.error
     if run.timed_out:
@@ -357,6 +362,14 @@ def _no_verdict(
     if not (exitfirst and failing) and not stopped and len(items) < collected:
         return f"pytest collected {collected} tests but reported {len(items)}"
     return None
+
+
+def _workers_accounted(end: dict[str, Any], workers: int) -> str | None:
+    """Whether the closing record accounts for the run's test workers (ours, or the project's own
+    `-n`), none lost before the early stop is known; one that asked for workers must have a record."""
+    if "xdist" in end:
+        return workers_gap(end["xdist"], stopped=True)
+    return "a run across test workers reported none of them" if workers else None
 
 
 def workers_gap(record: object, stopped: bool) -> str | None:

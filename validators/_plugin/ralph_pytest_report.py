@@ -112,6 +112,12 @@ _WATCHED = (
     "pytest",
     "doctest",
     "unittest.case",
+    # pytest-xdist's, where the run goes across workers: what carries a worker's reports to the
+    # controller and turns them back into reports there
+    "xdist.remote",
+    "xdist.dsession",
+    "xdist.workermanage",
+    "execnet.gateway_base",
     __name__,
 )
 _OUTCOME_HOOKS = (
@@ -129,6 +135,8 @@ _OUTCOME_HOOKS = (
     "pytest_collectreport",
     "pytest_runtestloop",
     "pytest_sessionfinish",
+    "pytest_report_to_serializable",
+    "pytest_report_from_serializable",
 )
 _MISSING = object()
 _dumps = json.dumps  # (as it is now: a test may patch json.dumps for its own ends)
@@ -822,7 +830,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         collected, xdist = int(getattr(session, "testscollected", 0)), {}
         if _dsession(session) is not None:
             unreported = sorted(_xdist_collected - _recorded)
-            collected = len(_xdist_collected)
+            # (xdist's controller collects nothing itself: a process that only claims to be one does)
+            collected = max(collected, len(_xdist_collected))
             xdist = {
                 "workers_lost": [f"{name}: {why}" for name, why in _workers.items() if why is not None],
                 "crashed": _crashed,
