@@ -32,13 +32,14 @@ def still_failing(score: Score, shown: int = 5) -> str | None:
 
 def uncommitted(states: Sequence[int]) -> str | None:
     """One line: the states the run ended on that are not on the branch (kept though their gate
-    found regressions that no later state fixed)."""
+    found regressions that no later state's passed gate took in)."""
     if not states:
         return None
     which = ", ".join(str(s) for s in states)
     return (
         f"not committed: the edits of iterations {which}, kept though the background gate found "
-        "regressions that were never fixed (the branch holds the last state whose gate passed)"
+        "regressions that no later state's passed gate took in (the branch holds the last state "
+        "whose gate passed)"
     )
 
 
