@@ -1,7 +1,7 @@
 """Is the edit plausible as a fix? Signs of a wrong fix that weak tests can let through, in the
 functions the candidate changed: a parameter or variable left unused (`clamp(value, low, high)` whose
-edited body does not use `high`), a name compared with itself, branches or conditional arms that are
-the same. A function the edit touched is expected to come out right, whatever it was before: an edit
+edited body does not use `high`), a parameter the edit cut from the function's result, raises or
+effects (`dataflow`), a name compared with itself, branches or conditional arms that are the same. A function the edit touched is expected to come out right, whatever it was before: an edit
 that leaves its parameter unused is no fix of it.
 
 ruff finds them (these rules only, whatever the project selects: `--isolated`) in each changed Python
@@ -21,9 +21,13 @@ from collections.abc import Callable, Sequence
 from ralph.domain.candidate import FileChange, shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 from ralph.sandboxes.local import Started
+from ralph.validators.dataflow import cuts
 from ralph.validators.toolchain import Toolchain
 
 RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
+# Ours (`dataflow.cuts`): a parameter that reached the function's result, a raise or an effect before
+# the edit and does not after it (`rescale` returning `new_min + ratio * (new_min - old_min)`).
+FLOW_CUT = "flow-cut"
 # A finding already in the accepted text, on a line the edit left as it was, is the project's own when
 # it is of the code's shape (pyflakes has `if`/`elif` branches that are the same on purpose), a
 # method's unused parameter (an interface: pyasn1's `decodeFun`, `state`), or a function's unused
@@ -106,6 +110,10 @@ class PlausibilityValidator:
                     for code, message, line in after
                     if any(first <= line <= last for first, last in spans)
                     and not own.excuses(code, message, line)
+                ]
+                found += [
+                    Diagnostic(self.name, change.path, cut.line, FLOW_CUT, cut.message())
+                    for cut in cuts(before, change.after or "")
                 ]
             detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
             checked = [(self.name, c.path) for c in files]
