@@ -9,7 +9,7 @@ from pathlib import Path
 from ralph.config import RunConfig
 from ralph.session import fix
 from ralph.trace import read_trace
-from ralph.validators.dataflow import cuts
+from ralph.validators.dataflow import cuts, swallowed
 from ralph.view import QuietView
 from tests.conftest import git
 
@@ -90,3 +90,57 @@ def test_a_fix_that_cuts_a_parameter_from_the_result_is_rejected_and_the_right_o
     assert "parameter `new_max` of rescale no longer reaches its result" in rejected["reason"]
     assert second["candidates"][0]["verdict"] == "accepted"
     assert git(repo, "show", f"{outcome.branch}:scale.py") == RIGHT
+
+
+def _swallowed(before: str, after: str) -> list[tuple[str, str]]:
+    return [(s.function, s.caught) for s in swallowed(before, after)]
+
+
+SUM = "def total(xs):\n    return sum(int(x) for x in xs)\n"
+
+
+def test_an_added_handler_that_catches_anything_and_hides_it_is_found():
+    hidden = "def total(xs):\n    try:\n        return sum(int(x) for x in xs)\n    except Exception:\n        return 0\n"
+    assert _swallowed(SUM, hidden) == [("total", "Exception")]
+    bare = hidden.replace("except Exception:\n        return 0", "except:\n        pass")
+    assert _swallowed(SUM, bare) == [("total", "every exception")]
+    assert swallowed(SUM, hidden)[0].message() == (
+        "total now swallows Exception (its handler does nothing or returns a constant)"
+    )
+
+
+def test_a_named_exception_handled_or_a_handler_already_there_is_no_finding():
+    named = hidden = (
+        "def total(xs):\n    try:\n        return sum(int(x) for x in xs)\n    except ValueError:\n        return 0\n"
+    )
+    assert _swallowed(SUM, named) == []  # (a default for a named failure is often the fix itself)
+    hidden = named.replace("ValueError", "Exception")
+    assert _swallowed(hidden, hidden.replace("int(x)", "float(x)")) == []  # (the project's own)
+    raises = hidden.replace("        return 0\n", "        raise\n")
+    assert _swallowed(SUM, raises) == []
+
+
+MEAN = "def mean(xs):\n    return sum(xs) / len(xs)\n"
+HIDES = "def mean(xs):\n    try:\n        return sum(xs) / len(xs)\n    except Exception:\n        return 0\n"
+EMPTY = "def mean(xs):\n    if not xs:\n        return 0\n    return sum(xs) / len(xs)\n"
+
+
+def test_a_fix_that_hides_every_failure_is_rejected_and_the_right_one_accepted(make_repo, tmp_path):
+    repo = make_repo(
+        {
+            "stats.py": MEAN,
+            "tests/test_stats.py": "from stats import mean\n\n\n"
+            "def test_mean():\n    assert mean([1, 3]) == 2\n\n\n"
+            "def test_mean_of_nothing():\n    assert mean([]) == 0\n",
+        }
+    )
+    file = tmp_path / "edits.jsonl"
+    records = [{"description": "hide it", "files": {"stats.py": HIDES}}, {"files": {"stats.py": EMPTY}}]
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    outcome = fix(repo, RunConfig(drafter=f"replay:{file}", candidates=1), view=QuietView(notices=False))
+    first, second = (r for r in read_trace(outcome.trace) if r["type"] == "iteration")
+    [rejected] = first["candidates"]
+    assert rejected["verdict"] == "rejected" and rejected["failed_stage"] == "plausibility"
+    assert "mean now swallows Exception" in rejected["reason"]
+    assert second["candidates"][0]["verdict"] == "accepted"
+    assert git(repo, "show", f"{outcome.branch}:stats.py") == EMPTY

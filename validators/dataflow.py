@@ -56,6 +56,72 @@ def cuts(before: str, after: str) -> list[Cut]:
     return found
 
 
+@dataclass(frozen=True)
+class Swallowed:
+    """An exception handler the edit added that catches any failure and hides it: it does nothing,
+    or gives back a constant (`except Exception: pass`, `except: return None`)."""
+
+    function: str
+    line: int  # the handler's line in the edited text
+    caught: str  # what it catches, as written
+
+    def message(self) -> str:
+        return f"{self.function} now swallows {self.caught} (its handler does nothing or returns a constant)"
+
+
+def swallowed(before: str, after: str) -> list[Swallowed]:
+    """The handlers that hide a failure which the edit added to the functions it changed (one such
+    handler already there, of the same catch, is the project's own)."""
+    try:
+        old, new = _functions(ast.parse(before)), _functions(ast.parse(after))
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    found = []
+    for name, node in new.items():
+        was = old.get(name)
+        if was is not None and ast.dump(was) == ast.dump(node):
+            continue
+        had = [_caught(h) for h in _quiet_handlers(was)] if was is not None else []
+        for handler in _quiet_handlers(node):
+            if _caught(handler) in had:
+                had.remove(_caught(handler))
+                continue
+            found.append(Swallowed(name, handler.lineno, _caught(handler)))
+    return found
+
+
+# What catches any failure (a named exception returning a default is often the fix itself:
+# `except IndexError: return None` for an empty list).
+_BROAD = frozenset({"Exception", "BaseException", "builtins.Exception", "builtins.BaseException"})
+
+
+def _quiet_handlers(function: Function) -> Iterator[ast.ExceptHandler]:
+    """The handlers that catch any failure and hide it."""
+    for node, _ in _walk(function.body, ()):
+        for handler in getattr(node, "handlers", []) or []:
+            caught = handler.type
+            names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+            broad = caught is None or any(n is not None and ast.unparse(n) in _BROAD for n in names)
+            if broad and all(_quiet(s) for s in handler.body):
+                yield handler
+
+
+def _quiet(statement: ast.stmt) -> bool:
+    """A statement that neither raises nor gives back anything computed: pass, `...`, continue, break,
+    a return of nothing or of a constant."""
+    if isinstance(statement, ast.Pass | ast.Continue | ast.Break):
+        return True
+    if isinstance(statement, ast.Expr):
+        return isinstance(statement.value, ast.Constant)
+    if isinstance(statement, ast.Return):
+        return statement.value is None or isinstance(statement.value, ast.Constant)
+    return False
+
+
+def _caught(handler: ast.ExceptHandler) -> str:
+    return "every exception" if handler.type is None else ast.unparse(handler.type)
+
+
 def _an_interfaces(parameter: str, kind: str, name: str, functions: dict[str, Function]) -> bool:
     """Whether another function of the module takes `parameter` and it reaches no `kind` there
     either: a family of callbacks or methods of one interface, some of which ignore it by design

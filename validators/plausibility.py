@@ -21,13 +21,15 @@ from collections.abc import Callable, Sequence
 from ralph.domain.candidate import FileChange, shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 from ralph.sandboxes.local import Started
-from ralph.validators.dataflow import cuts
+from ralph.validators.dataflow import cuts, swallowed
 from ralph.validators.toolchain import Toolchain
 
 RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
 # Ours (`dataflow.cuts`): a parameter that reached the function's result, a raise or an effect before
 # the edit and does not after it (`rescale` returning `new_min + ratio * (new_min - old_min)`).
 FLOW_CUT = "flow-cut"
+# Ours (`dataflow.swallowed`): an exception handler the edit added that does nothing or returns a constant.
+SWALLOWED = "swallowed"
 # A finding already in the accepted text, on a line the edit left as it was, is the project's own when
 # it is of the code's shape (pyflakes has `if`/`elif` branches that are the same on purpose), a
 # method's unused parameter (an interface: pyasn1's `decodeFun`, `state`), or a function's unused
@@ -114,6 +116,10 @@ class PlausibilityValidator:
                 found += [
                     Diagnostic(self.name, change.path, cut.line, FLOW_CUT, cut.message())
                     for cut in cuts(before, change.after or "")
+                ]
+                found += [
+                    Diagnostic(self.name, change.path, quiet.line, SWALLOWED, quiet.message())
+                    for quiet in swallowed(before, change.after or "")
                 ]
             detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
             checked = [(self.name, c.path) for c in files]
