@@ -56,6 +56,14 @@ def test_a_raise_and_an_effect_cut_are_found_too():
     assert _cut(logs, logs.replace("append(text)", "append('')")) == [("log", "text", "effect")]
 
 
+def test_an_outcome_the_edit_removed_altogether_is_no_cut():
+    """A return a mutant added (`return key` early in `__init__`), taken out by the true fix."""
+    fixed = "class A:\n    def __init__(self, *args):\n        self.items = list(args)\n"
+    mutant = fixed.replace("        self.items", "        return args\n        self.items")
+    assert _cut(mutant, fixed) == []
+    assert _cut(mutant, fixed.replace("list(args)", "[]")) == [("A.__init__", "args", "effect")]
+
+
 def test_only_the_functions_the_edit_changed_and_never_self():
     before = "class A:\n    def name(self, x):\n        return self.x + x\n\n\ndef other(y):\n    return y\n"
     after = before.replace("return self.x + x", "return 1 + x")

@@ -50,7 +50,9 @@ def cuts(before: str, after: str) -> list[Cut]:
         kept = set(_parameters(node))
         reached, reaches = flows(was), flows(node)
         for kind in KINDS:
-            for parameter in sorted((reached[kind] - reaches[kind]) & kept):
+            if kind not in reaches:  # (none is left: removing a return a mutant added cuts nothing)
+                continue
+            for parameter in sorted((reached.get(kind, set()) - reaches[kind]) & kept):
                 if not _an_interfaces(parameter, kind, name, new):
                     found.append(Cut(name, parameter, kind, node.lineno))
     return found
@@ -127,13 +129,13 @@ def _an_interfaces(parameter: str, kind: str, name: str, functions: dict[str, Fu
     either: a family of callbacks or methods of one interface, some of which ignore it by design
     (pyasn1's `decodeFun`), as the unused-parameter rules excuse it."""
     return any(
-        other != name and parameter in _parameters(node) and parameter not in flows(node)[kind]
+        other != name and parameter in _parameters(node) and parameter not in flows(node).get(kind, ())
         for other, node in functions.items()
     )
 
 
 def flows(function: Function) -> dict[str, set[str]]:
-    """For each kind of outcome, the function's parameters whose values reach it."""
+    """For each kind of outcome the function has, the parameters whose values reach it."""
     parameters = set(_parameters(function))
     holds = {p: {p} for p in parameters}  # name -> the parameters its value may carry
     sinks: dict[str, list[tuple[ast.AST, tuple[ast.expr, ...]]]] = {kind: [] for kind in KINDS}
@@ -151,6 +153,8 @@ def flows(function: Function) -> dict[str, set[str]]:
                     changed = True
     reached: dict[str, set[str]] = {}
     for kind, found in sinks.items():
+        if not found:
+            continue
         reached[kind] = set()
         for expression, conditions in found:
             reached[kind] |= _carried(expression, holds)
