@@ -17,6 +17,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ralph.domain.candidate import shared_ends
+
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 KINDS = ("result", "raise", "effect")
 
@@ -38,14 +40,14 @@ class Cut:
 def cuts(before: str, after: str) -> list[Cut]:
     """The parameters the edit from `before` to `after` cut from a function's result, raises or
     effects, in the functions it changed (none where either text does not parse)."""
-    try:
-        old, new = _functions(ast.parse(before)), _functions(ast.parse(after))
-    except (SyntaxError, ValueError, RecursionError):
+    pair = _parsed(before, after)
+    if pair is None:
         return []
+    old, new = pair
     found = []
-    for name, node in new.items():
+    for name, node in _changed(old, new, before, after):
         was = old.get(name)
-        if was is None or ast.dump(was) == ast.dump(node):
+        if was is None:
             continue
         kept = set(_parameters(node))
         reached, reaches = flows(was), flows(node)
@@ -74,15 +76,13 @@ class Swallowed:
 def swallowed(before: str, after: str) -> list[Swallowed]:
     """The handlers that hide a failure which the edit added to the functions it changed (one such
     handler already there, of the same catch, is the project's own)."""
-    try:
-        old, new = _functions(ast.parse(before)), _functions(ast.parse(after))
-    except (SyntaxError, ValueError, RecursionError):
+    pair = _parsed(before, after)
+    if pair is None:
         return []
+    old, new = pair
     found = []
-    for name, node in new.items():
+    for name, node in _changed(old, new, before, after):
         was = old.get(name)
-        if was is not None and ast.dump(was) == ast.dump(node):
-            continue
         had = [_caught(h) for h in _quiet_handlers(was)] if was is not None else []
         for handler in _quiet_handlers(node):
             if _caught(handler) in had:
@@ -122,6 +122,29 @@ def _quiet(statement: ast.stmt) -> bool:
 
 def _caught(handler: ast.ExceptHandler) -> str:
     return "every exception" if handler.type is None else ast.unparse(handler.type)
+
+
+def _parsed(before: str, after: str) -> tuple[dict[str, Function], dict[str, Function]] | None:
+    try:
+        return _functions(ast.parse(before)), _functions(ast.parse(after))
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def _changed(
+    old: dict[str, Function], new: dict[str, Function], before: str, after: str
+) -> Iterator[tuple[str, Function]]:
+    """The functions of `after` the edit changed: over the lines it touched, and not the same tree."""
+    old_lines, new_lines = before.splitlines(), after.splitlines()
+    head, tail = shared_ends(old_lines, new_lines)
+    low, high = head + 1, max(head + 1, len(new_lines) - tail)
+    for name, node in new.items():
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        if first > high or (node.end_lineno or first) < low:
+            continue
+        was = old.get(name)
+        if was is None or ast.dump(was) != ast.dump(node):
+            yield name, node
 
 
 def _an_interfaces(parameter: str, kind: str, name: str, functions: dict[str, Function]) -> bool:

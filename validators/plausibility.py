@@ -113,14 +113,7 @@ class PlausibilityValidator:
                     if any(first <= line <= last for first, last in spans)
                     and not own.excuses(code, message, line)
                 ]
-                found += [
-                    Diagnostic(self.name, change.path, cut.line, FLOW_CUT, cut.message())
-                    for cut in cuts(before, change.after or "")
-                ]
-                found += [
-                    Diagnostic(self.name, change.path, quiet.line, SWALLOWED, quiet.message())
-                    for quiet in swallowed(before, change.after or "")
-                ]
+                found += self._ours(change.path, before, change.after or "")
             detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
             checked = [(self.name, c.path) for c in files]
             if self.mode == "warn":
@@ -136,6 +129,13 @@ class PlausibilityValidator:
             )
 
         return collect
+
+    def _ours(self, path: str, before: str, after: str) -> list[Diagnostic]:
+        """What ralph's own readings of the two texts find (`dataflow`)."""
+        found = [Diagnostic(self.name, path, c.line, FLOW_CUT, c.message()) for c in cuts(before, after)]
+        return found + [
+            Diagnostic(self.name, path, q.line, SWALLOWED, q.message()) for q in swallowed(before, after)
+        ]
 
     def _start(self, path: str, text: str) -> Started:
         argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(RULES)}"]
