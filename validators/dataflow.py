@@ -17,7 +17,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ralph.domain.candidate import shared_ends
+from ralph.domain.candidate import edited_lines
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 KINDS = ("result", "raise", "effect")
@@ -37,29 +37,6 @@ class Cut:
         return f"parameter `{self.parameter}` of {self.function} no longer reaches {what[self.kind]}"
 
 
-def cuts(before: str, after: str) -> list[Cut]:
-    """The parameters the edit from `before` to `after` cut from a function's result, raises or
-    effects, in the functions it changed (none where either text does not parse)."""
-    pair = _parsed(before, after)
-    if pair is None:
-        return []
-    old, new = pair
-    found = []
-    for name, node in _changed(old, new, before, after):
-        was = old.get(name)
-        if was is None:
-            continue
-        kept = set(_parameters(node))
-        reached, reaches = flows(was), flows(node)
-        for kind in KINDS:
-            if kind not in reaches:  # (none is left: removing a return a mutant added cuts nothing)
-                continue
-            for parameter in sorted((reached.get(kind, set()) - reaches[kind]) & kept):
-                if not _an_interfaces(parameter, kind, name, new):
-                    found.append(Cut(name, parameter, kind, node.lineno))
-    return found
-
-
 @dataclass(frozen=True)
 class Swallowed:
     """An exception handler the edit added that catches any failure and hides it: it does nothing,
@@ -73,23 +50,77 @@ class Swallowed:
         return f"{self.function} now swallows {self.caught} (its handler does nothing or returns a constant)"
 
 
-def swallowed(before: str, after: str) -> list[Swallowed]:
-    """The handlers that hide a failure which the edit added to the functions it changed (one such
-    handler already there, of the same catch, is the project's own)."""
-    pair = _parsed(before, after)
-    if pair is None:
-        return []
-    old, new = pair
-    found = []
-    for name, node in _changed(old, new, before, after):
-        was = old.get(name)
-        had = [_caught(h) for h in _quiet_handlers(was)] if was is not None else []
-        for handler in _quiet_handlers(node):
-            if _caught(handler) in had:
-                had.remove(_caught(handler))
+@dataclass(frozen=True)
+class Edit:
+    """One edit of a module, both texts parsed once: the functions it changed, and what the readings
+    (`cuts`, `swallowed`) find in them."""
+
+    old: dict[str, Function]
+    new: dict[str, Function]
+    lines: tuple[int, int]  # the lines of the new text it touched (`edited_lines`)
+
+    @classmethod
+    def read(cls, before: str, after: str) -> Edit | None:
+        """The edit from `before` to `after`; None where either text does not parse."""
+        try:
+            old, new = _functions(ast.parse(before)), _functions(ast.parse(after))
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+        return cls(old, new, edited_lines(before, after))
+
+    def changed(self) -> Iterator[tuple[str, Function]]:
+        """The functions of the new text the edit changed: over the lines it touched, not the same tree."""
+        low, high = self.lines
+        for name, node in self.new.items():
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if first > high or (node.end_lineno or first) < low:
                 continue
-            found.append(Swallowed(name, handler.lineno, _caught(handler)))
-    return found
+            was = self.old.get(name)
+            if was is None or ast.dump(was) != ast.dump(node):
+                yield name, node
+
+    def cuts(self) -> list[Cut]:
+        """The parameters the edit cut from a changed function's result, raises or effects."""
+        found = []
+        for name, node in self.changed():
+            was = self.old.get(name)
+            if was is None:
+                continue
+            kept = set(_parameters(node))
+            reached, reaches = flows(was), flows(node)
+            for kind in KINDS:
+                if kind not in reaches:  # (none is left: removing a return a mutant added cuts nothing)
+                    continue
+                for parameter in sorted((reached.get(kind, set()) - reaches[kind]) & kept):
+                    if not _an_interfaces(parameter, kind, name, self.new):
+                        found.append(Cut(name, parameter, kind, node.lineno))
+        return found
+
+    def swallowed(self) -> list[Swallowed]:
+        """The handlers hiding a failure the edit added to the functions it changed (one such
+        handler already there, of the same catch, is the project's own)."""
+        found = []
+        for name, node in self.changed():
+            was = self.old.get(name)
+            had = [_caught(h) for h in _quiet_handlers(was)] if was is not None else []
+            for handler in _quiet_handlers(node):
+                if _caught(handler) in had:
+                    had.remove(_caught(handler))
+                    continue
+                found.append(Swallowed(name, handler.lineno, _caught(handler)))
+        return found
+
+
+def cuts(before: str, after: str) -> list[Cut]:
+    """`Edit.cuts` of the edit from `before` to `after` (none where either text does not parse)."""
+    edit = Edit.read(before, after)
+    return edit.cuts() if edit is not None else []
+
+
+def swallowed(before: str, after: str) -> list[Swallowed]:
+    """`Edit.swallowed` of the edit from `before` to `after`."""
+    edit = Edit.read(before, after)
+    return edit.swallowed() if edit is not None else []
 
 
 # What catches any failure (a named exception returning a default is often the fix itself:
@@ -122,29 +153,6 @@ def _quiet(statement: ast.stmt) -> bool:
 
 def _caught(handler: ast.ExceptHandler) -> str:
     return "every exception" if handler.type is None else ast.unparse(handler.type)
-
-
-def _parsed(before: str, after: str) -> tuple[dict[str, Function], dict[str, Function]] | None:
-    try:
-        return _functions(ast.parse(before)), _functions(ast.parse(after))
-    except (SyntaxError, ValueError, RecursionError):
-        return None
-
-
-def _changed(
-    old: dict[str, Function], new: dict[str, Function], before: str, after: str
-) -> Iterator[tuple[str, Function]]:
-    """The functions of `after` the edit changed: over the lines it touched, and not the same tree."""
-    old_lines, new_lines = before.splitlines(), after.splitlines()
-    head, tail = shared_ends(old_lines, new_lines)
-    low, high = head + 1, max(head + 1, len(new_lines) - tail)
-    for name, node in new.items():
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        if first > high or (node.end_lineno or first) < low:
-            continue
-        was = old.get(name)
-        if was is None or ast.dump(was) != ast.dump(node):
-            yield name, node
 
 
 def _an_interfaces(parameter: str, kind: str, name: str, functions: dict[str, Function]) -> bool:

@@ -18,10 +18,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
-from ralph.domain.candidate import FileChange, shared_ends
+from ralph.domain.candidate import FileChange, edited_lines, shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 from ralph.sandboxes.local import Started
-from ralph.validators.dataflow import cuts, swallowed
+from ralph.validators.dataflow import Edit
 from ralph.validators.toolchain import Toolchain
 
 RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
@@ -131,11 +131,12 @@ class PlausibilityValidator:
         return collect
 
     def _ours(self, path: str, before: str, after: str) -> list[Diagnostic]:
-        """What ralph's own readings of the two texts find (`dataflow`)."""
-        found = [Diagnostic(self.name, path, c.line, FLOW_CUT, c.message()) for c in cuts(before, after)]
-        return found + [
-            Diagnostic(self.name, path, q.line, SWALLOWED, q.message()) for q in swallowed(before, after)
-        ]
+        """What ralph's own readings of the two texts find (`dataflow`, one parse of each)."""
+        edit = Edit.read(before, after)
+        if edit is None:
+            return []
+        found = [Diagnostic(self.name, path, c.line, FLOW_CUT, c.message()) for c in edit.cuts()]
+        return found + [Diagnostic(self.name, path, q.line, SWALLOWED, q.message()) for q in edit.swallowed()]
 
     def _start(self, path: str, text: str) -> Started:
         argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(RULES)}"]
@@ -241,10 +242,7 @@ def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
         tree = ast.parse(after)
     except (SyntaxError, ValueError):
         return []
-    old, new = before.splitlines(), after.splitlines()
-    head, tail = shared_ends(old, new)
-    # The lines between what both sides share at the start and the end (a deletion: the line after it).
-    low, high = head + 1, max(head + 1, len(new) - tail)
+    low, high = edited_lines(before, after)
     spans = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:

@@ -117,6 +117,14 @@ def shared_ends(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:
     return head, tail
 
 
+def edited_lines(before: str, after: str) -> tuple[int, int]:
+    """The 1-based lines of `after` between what both texts share at the start and at the end (a
+    deletion: the line after it)."""
+    old, new = before.splitlines(), after.splitlines()
+    head, tail = shared_ends(old, new)
+    return head + 1, max(head + 1, len(new) - tail)
+
+
 def _trimmed_diff(before: list[str], after: list[str], src: str, dst: str, n: int = 3) -> Iterator[str]:
     """difflib's unified diff, matching only the region between the lines both sides share at the
     start and the end: a one-token edit of a 3,000-line module matches a few lines, not all of them."""
