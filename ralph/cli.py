@@ -635,6 +635,9 @@ _BENCH_FIX_ROWS = (
     "per_candidate_ratio_min",
     "cycle_breakdown",
     "gate_verdicts",
+    "plausible",
+    "correct",
+    "overfit",
     "traces",
 )
 
@@ -661,9 +664,16 @@ def bench_fix_command(
     settings: Annotated[
         Path | None, typer.Option("--config", help="A ralph.toml for every task (models, checks, ...).")
     ] = None,
+    visible: Annotated[
+        str,
+        typer.Option(
+            help="JSONL tasks: the tests the loop sees, full or example (then the full test judges the fix)."
+        ),
+    ] = "full",
 ) -> None:
-    """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter."""
-    from ralph.bench.fix import bench_fix
+    """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter; for
+    JSONL tasks, each fix judged plausible, correct or overfit."""
+    from ralph.bench.fix import VISIBLE, bench_fix
     from ralph.config import check_config, read_toml
 
     console = Console(stderr=True, soft_wrap=True)
@@ -672,6 +682,8 @@ def bench_fix_command(
     given = {"python": python, "background_gate": background_gate, "on_gate_failure": on_gate_failure}
     config |= {k: v for k, v in {**given, "jobs": jobs}.items() if v is not None}
     check_config(config)
+    if visible not in VISIBLE:
+        raise RalphError(f"--visible {visible!r}: one of {', '.join(VISIBLE)}")
     summary = bench_fix(
         tasks,
         out,
@@ -680,13 +692,15 @@ def bench_fix_command(
         mutants=mutants,
         config=config,
         progress=lambda t: console.print(t, markup=False),
+        visible=visible,
     )
     if as_json:
         print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
         return
     table = Table(title=f"ralph bench fix {tasks}", show_header=False)
     for key in _BENCH_FIX_ROWS:
-        table.add_row(key, str(summary[key]))
+        if key in summary:
+            table.add_row(key, str(summary[key]))
     for name, d in summary["drafters"].items():
         table.add_row(f"r ({name})", f"{d['r']} over {d['iterations']} iterations")
     _stdout().print(table)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ralph.domain.candidate import POLICY_RULES
+from ralph.domain.candidate import POLICY_RULES, SEMANTIC_RULES
 from ralph.domain.errors import RalphError
 
 
@@ -101,9 +101,15 @@ class RunConfig(BaseModel):
     remaining error, committed only with a later state whose gate passes. Any other gate failure
     (a check, a hang, no verdict) is a rollback either way."""
 
+    semantic: Literal["reject", "warn", "off"] | None = None
+    """Signs of a wrong fix that passes the tests (a parameter cut from the result, a failure
+    swallowed, the failing test's values special-cased, a tested statement deleted, a parameter that
+    becomes unused, ...): reject the candidate, only warn in the trace, or do not look. None: reject
+    (or what the older name `plausibility` says)."""
     plausibility: Literal["reject", "warn", "off"] = "reject"
-    """Signs of a wrong fix (a parameter that becomes unused, a name compared with itself, branches
-    that became the same): reject the candidate, only warn in the trace, or do not look."""
+    """The older name of `semantic`."""
+    semantic_off: list[str] = Field(default_factory=list)
+    """The semantic rules this project turns off, by the code a rejection names (SEMANTIC_RULES)."""
     allow: list[str] = Field(default_factory=list)
     """Policy rules this project turns off (see POLICY_RULES): "harness" (pytest's internals and
     hooks in added lines: a pytest plugin's own code), "test-framework" (importing pytest into code
@@ -150,6 +156,19 @@ class RunConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown rule {unknown[0]!r}: the rules are {', '.join(POLICY_RULES)}")
         return value
+
+    @field_validator("semantic_off")
+    @classmethod
+    def _known_semantic_rules(cls, value: list[str]) -> list[str]:
+        unknown = [rule for rule in value if rule not in SEMANTIC_RULES]
+        if unknown:
+            raise ValueError(f"unknown rule {unknown[0]!r}: the rules are {', '.join(SEMANTIC_RULES)}")
+        return value
+
+    @property
+    def semantic_mode(self) -> str:
+        """reject, warn or off: `semantic`, else its older name `plausibility`."""
+        return self.semantic or self.plausibility
 
     @property
     def chosen_sandbox(self) -> str:

@@ -442,7 +442,8 @@ def _verifier(toolchain: Toolchain, config: RunConfig, snap: Snapshot, only: lis
         test_timeout_s=config.test_timeout_s,
         gate_workers=gate_workers(toolchain, config.gate_worker_count, asked=config.gate_workers != "auto"),
         background=config.gates_in_background,
-        plausibility=config.plausibility,
+        plausibility=config.semantic_mode,
+        semantic_off=frozenset(config.semantic_off),
         api_changes=config.api_changes,
         run_budget_s=config.max_seconds,
         allow=tuple(config.allow) or None,  # (none given: the project's own [tool.ralph] allow)

@@ -58,6 +58,29 @@ def test_with_warn_it_is_said_in_the_trace_and_accepted(make_repo, tmp_path):
     assert "warning: calc.py:1: parameter `high` becomes unused (ARG001)" in stage["detail"]
 
 
+def test_semantic_is_the_modes_name_and_a_project_can_turn_one_rule_off(make_repo, tmp_path):
+    repo = make_repo(CLAMP)
+    warned = _run(repo, tmp_path, semantic="warn")
+    first = next(r for r in read_trace(warned.trace) if r["type"] == "iteration")
+    assert first["candidates"][0]["verdict"] == "accepted"
+    # (`high` was unused before the edit too: ARG001 is the only rule that sees it)
+    other = _run(make_repo(CLAMP, "other"), tmp_path, semantic_off=["flow-cut", "F841"])
+    first = next(r for r in read_trace(other.trace) if r["type"] == "iteration")
+    assert "ARG001 parameter `high` becomes unused" in first["candidates"][0]["reason"]
+    off = _run(make_repo(CLAMP, "off"), tmp_path, semantic_off=["ARG001"])
+    first = next(r for r in read_trace(off.trace) if r["type"] == "iteration")
+    assert first["candidates"][0]["verdict"] == "accepted"
+
+
+def test_an_unknown_semantic_rule_is_bad_input(make_repo):
+    from tests.conftest import run_ralph
+
+    repo = make_repo({**CLAMP, "pyproject.toml": '[tool.ralph]\nsemantic_off = ["flowcut"]\n'})
+    proc = run_ralph("fix", str(repo))
+    assert proc.returncode == 2 and "unknown rule 'flowcut'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_only_the_functions_an_edit_changed_are_judged(tmp_path):
     before = "def a(x, unused):\n    return x\n\n\ndef b(y):\n    return y + 1\n"
     after = before.replace("y + 1", "y + 2")

@@ -38,7 +38,9 @@ class VerifySettings:
     background: bool = False
     """The gate runs beside the loop: a verification ends after the targeted stages."""
     plausibility: str = "reject"
-    """reject, warn or off."""
+    """reject, warn or off: the semantic stages' mode (`[tool.ralph] semantic`)."""
+    semantic_off: frozenset[str] = frozenset()
+    """The semantic rules turned off, by code (SEMANTIC_RULES)."""
     api_changes: bool = False
     """Whether an edit may change the project's public API."""
     formatting: bool = True

@@ -16,7 +16,7 @@ import ast
 import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from ralph.domain.candidate import FileChange, edited_lines, shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
@@ -66,10 +66,14 @@ def _explain(code: str, message: str) -> str:
 class PlausibilityValidator:
     name = "plausibility"
 
-    def __init__(self, toolchain: Toolchain, binary: str, mode: str = "reject") -> None:
+    def __init__(
+        self, toolchain: Toolchain, binary: str, mode: str = "reject", off: Collection[str] = ()
+    ) -> None:
         self.toolchain = toolchain
         self.binary = binary
         self.mode = mode
+        self.off = frozenset(off)  # the rules (codes) the project turned off
+        self.rules = tuple(r for r in RULES if r not in self.off)
         # The findings of each file's accepted text (path, text) as (code, message, row).
         self._before: dict[tuple[str, str], frozenset[tuple[str, str, int]]] = {}
 
@@ -79,15 +83,18 @@ class PlausibilityValidator:
         files = [
             c for c in changes if c.path.endswith(".py") and c.after is not None and len(c.after) <= _MAX_TEXT
         ]
-        if self.mode == "off" or not files:
+        if self.mode == "off" or not files or (not self.rules and {FLOW_CUT, SWALLOWED} <= self.off):
             return lambda: StageResult(
                 self.name, ok=True, duration_ms=0.0, skipped=True, detail="nothing to check"
             )
-        running = [(c, self._start(c.path, c.after or "")) for c in files]
+        ruff = bool(self.rules)  # (every ruff rule turned off: only ours)
+        running: list[tuple[FileChange, Started | None]] = [
+            (c, self._start(c.path, c.after or "") if ruff else None) for c in files
+        ]
         earlier = {
             (c.path, c.before): self._start(c.path, c.before)
             for c in files
-            if c.before is not None and (c.path, c.before) not in self._before
+            if ruff and c.before is not None and (c.path, c.before) not in self._before
         }
 
         def collect() -> StageResult:
@@ -95,9 +102,9 @@ class PlausibilityValidator:
             for key, process in earlier.items():  # (only the latest accepted text of a file is kept)
                 self._before = {k: v for k, v in self._before.items() if k[0] != key[0]}
                 self._before[key] = self._findings(key[1], process, timeout_s)
-            for change, process in running:
+            for change, answer in running:
                 try:
-                    after = self._read(process.wait(timeout_s).output)
+                    after = self._read(answer.wait(timeout_s).output) if answer is not None else []
                 except ValueError as exc:  # ruff did not answer: no verdict, never a silent pass
                     why = f"ruff gave no findings for {change.path}: {exc}"
                     return StageResult(
@@ -135,11 +142,15 @@ class PlausibilityValidator:
         edit = Edit.read(before, after)
         if edit is None:
             return []
-        found = [Diagnostic(self.name, path, c.line, FLOW_CUT, c.message()) for c in edit.cuts()]
-        return found + [Diagnostic(self.name, path, q.line, SWALLOWED, q.message()) for q in edit.swallowed()]
+        found = []
+        if FLOW_CUT not in self.off:
+            found += [Diagnostic(self.name, path, c.line, FLOW_CUT, c.message()) for c in edit.cuts()]
+        if SWALLOWED not in self.off:
+            found += [Diagnostic(self.name, path, q.line, SWALLOWED, q.message()) for q in edit.swallowed()]
+        return found
 
     def _start(self, path: str, text: str) -> Started:
-        argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(RULES)}"]
+        argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(self.rules)}"]
         # `--stdin-filename=PATH` as one argument: a file named like an option stays a file name.
         argv += ["--output-format=json", "--exit-zero", f"--stdin-filename={path}", "-"]
         return self.toolchain.tools.start(

@@ -50,7 +50,9 @@ class Tools:
             syntax=SyntaxValidator(toolchain, write_bytecode=toolchain.reads_our_bytecode),
             ruff=ruff,
             format=FormatValidator(toolchain, ruff.binary, formats),
-            plausibility=PlausibilityValidator(toolchain, ruff.binary, settings.plausibility),
+            plausibility=PlausibilityValidator(
+                toolchain, ruff.binary, settings.plausibility, off=settings.semantic_off
+            ),
             api=ApiValidator(toolchain.project, allowed=settings.api_changes),
             mypy=MypyValidator(toolchain) if settings.types and "mypy" not in facts.disabled else None,
             warm=warm,

@@ -18,12 +18,16 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ralph.bench.judge import Hidden, judge
 from ralph.domain.candidate import PROTECTED_TESTS, is_protected
 from ralph.domain.errors import RalphError
 from ralph.report import drafter_stats, run_stats
 from ralph.trace_reader import Run, TracedIteration, read_run
+
+if TYPE_CHECKING:
+    from ralph.session import FixOutcome
 
 _GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
 
@@ -34,6 +38,7 @@ class Task:
     files: dict[str, str] | None = None  # for JSONL tasks
     source: Path | None = None  # for a directory of projects
     mutant: tuple[str, str, str] | None = None  # (path, description, source) written over `source`'s
+    hidden: Hidden | None = None  # how a JSONL task's fix is judged beyond the tests the loop saw
 
 
 def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int = 0) -> list[Task]:
@@ -93,10 +98,15 @@ def _suite(project: Path, python: str, flags: list[str], limit_s: float) -> tupl
     return run.returncode, run.stdout
 
 
-def humanevalfix_files(row: dict[str, Any]) -> dict[str, str]:
+# Which of a HumanEvalFix task's tests the loop sees: `full` (its `test`) or `example` (its
+# `example_test`, the docstring's examples: the full test then judges the fix, hidden).
+VISIBLE = ("full", "example")
+
+
+def humanevalfix_files(row: dict[str, Any], visible: str = "full") -> dict[str, str]:
     """A HumanEvalFix task as a project: the buggy function, and its `check` as a pytest test."""
     entry = row["entry_point"]
-    test_lines = row["test"].rstrip().splitlines()
+    test_lines = row["test" if visible == "full" else "example_test"].rstrip().splitlines()
     if test_lines and test_lines[-1].strip().startswith("check("):
         test_lines = test_lines[:-1]
     test = "\n".join(["from solution import *  # noqa: F403", *test_lines])
@@ -108,13 +118,23 @@ def humanevalfix_files(row: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def load_tasks(tasks: Path, limit: int | None = None) -> list[Task]:
+def load_tasks(tasks: Path, limit: int | None = None, visible: str = "full") -> list[Task]:
+    """The tasks of a directory of projects or of a JSONL file; with `visible="example"`, a JSONL
+    task without an `example_test` is left out (the loop would have no test to fix with)."""
     if tasks.is_file():
         try:
             rows = [
                 json.loads(line) for line in tasks.read_text(encoding="utf-8").splitlines() if line.strip()
             ]
-            found = [Task(str(r["task_id"]).replace("/", "-"), files=humanevalfix_files(r)) for r in rows]
+            found = [
+                Task(
+                    str(r["task_id"]).replace("/", "-"),
+                    files=humanevalfix_files(r, visible),
+                    hidden=Hidden.of(r),
+                )
+                for r in rows
+                if visible == "full" or str(r.get("example_test") or "").strip()
+            ]
         except (ValueError, KeyError, TypeError) as exc:
             raise RalphError(f"{tasks}: not a HumanEvalFix-style JSONL file ({exc})") from None
     elif tasks.is_dir():
@@ -166,14 +186,27 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
         start = read_run(trace).start
         python = start.python if start is not None else None
         naive_s = _naive_run_s(repo, python, limit_s=max(5.0, 2 * outcome.baseline_s))
-        return {
+        done = {
             "task": task.name,
             "outcome": outcome.result.outcome,
             "trace": str(trace),
             "naive_run_s": naive_s,
         }
+        if task.hidden is not None and outcome.result.outcome == "goal":
+            done |= _judged(task.hidden, repo, outcome, settings.chosen_sandbox)
+        return done
     except RalphError as exc:
         return {"task": task.name, "outcome": "error", "error": str(exc), "trace": str(trace)}
+
+
+def _judged(hidden: Hidden, repo: Path, outcome: FixOutcome, sandbox: str) -> dict[str, Any]:
+    """A plausible fix (the loop reached its goal) judged by the full test and the canonical
+    solution (`judge`); a task whose visible tests passed before any edit has nothing to judge."""
+    if outcome.result.accepted == 0 or outcome.branch is None or outcome.python is None:
+        return {"nothing_to_fix": True}
+    show = [*_GIT, "show", f"{outcome.branch}:solution.py"]
+    solution = subprocess.run(show, cwd=repo, capture_output=True, text=True, check=True).stdout
+    return {"judged": judge(solution, hidden, outcome.python, sandbox)}
 
 
 def _naive_run_s(repo: Path, python: str | None, limit_s: float) -> float | None:
@@ -228,13 +261,14 @@ def bench_fix(
     mutants: int | None = None,
     config: dict[str, Any] | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    visible: str = "full",
 ) -> dict[str, Any]:
     """Run every task; write one trace per task under `out/traces`; return the summary."""
     if mutants:
         progress(f"finding {mutants} single-token mutants of {tasks} its suite catches")
         chosen = mutant_tasks(tasks, mutants, (config or {}).get("python"))
     else:
-        chosen = load_tasks(tasks, limit)
+        chosen = load_tasks(tasks, limit, visible)
     out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -327,6 +361,45 @@ def gate_verdicts(runs: list[Run]) -> dict[str, int]:
     }
 
 
+def judgement(read: list[tuple[dict[str, Any], Run]]) -> dict[str, Any]:
+    """Of the tasks whose fix was judged (`judge`): plausible (the loop reached its goal on the tests
+    it saw), correct (the full test passes and no output differs from the canonical solution's) and
+    overfit (plausible, not correct: failing the full test, or only differing on an input), overall
+    and per template and drafter of the accepted edits. Nothing when no fix was judged."""
+    judged = [(result, run) for result, run in read if "judged" in result]
+    if not judged:
+        return {}
+    by: dict[str, dict[str, int]] = {}
+    for result, run in judged:
+        kept = [c for it in run.iterations for c in it.kept]
+        for name in {f"template {c.operator}" for c in kept if c.operator} | {c.drafter for c in kept}:
+            seen = by.setdefault(name, {"plausible": 0, "correct": 0, "overfit": 0})
+            seen["plausible"] += 1
+            seen["correct" if result["judged"]["correct"] else "overfit"] += 1
+    correct = sum(r["judged"]["correct"] for r, _ in judged)
+    return {
+        "plausible": len(judged),
+        "correct": correct,
+        "overfit": len(judged) - correct,
+        # Why they are not correct: the full test fails; it passes, but an output on one of its own
+        # inputs differs from the canonical solution's; only on a neighbour of one.
+        "overfit_failing_full_test": sum(r["judged"]["hidden"] != "pass" for r, _ in judged),
+        "overfit_differing": sum(
+            r["judged"]["hidden"] == "pass" and bool(r["judged"]["differs"]) for r, _ in judged
+        ),
+        "overfit_differing_near": sum(
+            r["judged"]["hidden"] == "pass"
+            and not r["judged"]["differs"]
+            and bool(r["judged"]["differs_near"])
+            for r, _ in judged
+        ),
+        "overfit_rate": round((len(judged) - correct) / len(judged), 4),
+        "nothing_to_fix": sum(bool(r.get("nothing_to_fix")) for r, _ in read),
+        "judged_by": dict(sorted(by.items())),
+        "overfit_tasks": sorted(r["task"] for r, _ in judged if not r["judged"]["correct"]),
+    }
+
+
 def task_runs(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Run]]:
     """Each task's result with its run, for the tasks that left a trace."""
     return [(r, read_run(Path(r["trace"]))) for r in results if Path(r["trace"]).exists()]
@@ -369,6 +442,7 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
             ),
             "gate_beside": round(sum(r.gate_s for r in runs) / wall, 4),
         },
+        **judgement(read),
         "gate_caught": gate_catches(read),
         "gate_verdicts": gate_verdicts(traces),
         "results": sorted(results, key=lambda r: r["task"]),

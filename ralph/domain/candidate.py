@@ -27,6 +27,20 @@ PROTECTED_TESTS = (
 # The policy stage's rules a project may turn off with `[tool.ralph] allow = [...]`: what no fix
 # needs and a forged verdict does (validators/policy.py says what each refuses).
 POLICY_RULES = ("harness", "test-framework", "dynamic-code", "silencing", "installed-files", "ignored-files")
+# The semantic stages' signs of a wrong fix, by the code a rejection names, that a project may turn
+# off with `[tool.ralph] semantic_off = [...]` (validators/plausibility.py and the stages beside it).
+SEMANTIC_RULES = (
+    "ARG001",  # a function's parameter becomes unused
+    "ARG002",  # a method's
+    "F841",  # a variable
+    "PLR0124",  # a name compared with itself
+    "SIM114",  # two branches the same
+    "RUF034",  # both arms of a conditional expression the same
+    "flow-cut",  # a parameter cut from the result, a raise or an effect
+    "swallowed",  # an added handler that hides any failure
+    "special-case",  # an input compared with the failing test's literal, or its expected value returned
+    "deleted-behaviour",  # a statement a passing test ran, deleted with nothing in its place
+)
 
 
 def is_protected(path: str, patterns: Iterable[str]) -> bool:
