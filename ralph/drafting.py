@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from ralph.domain.candidate import Candidate
+from ralph.domain.candidate import Candidate, edit_size
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext, Drafter
 from ralph.memory import Memory
@@ -78,9 +78,13 @@ def _as_they_come(ask: Callable[[], list[Candidate]], n: int, memory: Memory) ->
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def verification_order(candidate: Candidate) -> int:
+def verification_order(candidate: Candidate) -> tuple[int, int]:
     """Cheapest to verify first: a parse error costs nothing, then edits touching fewer files
-    (a file whose contents keep their length, a one-token swap, counts as none)."""
+    (a file whose contents keep their length, a one-token swap, counts as none); among those, the
+    smallest edit first (`edit_size`), the drafter's order kept between equals: when several of a
+    batch would pass, the one accepted changes the least (a larger edit passing the same tests is
+    likelier to be fitted to them)."""
     if candidate.error:
-        return 0
-    return 1 + sum(len(c.after or "") != len(c.before or "") for c in candidate.changes)
+        return 0, 0
+    files = 1 + sum(len(c.after or "") != len(c.before or "") for c in candidate.changes)
+    return files, edit_size(candidate.changes)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ralph.config import RunConfig
+from ralph.domain.candidate import FileChange, edit_size
 from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.validators.dataflow import cuts, swallowed
@@ -152,3 +153,33 @@ def test_a_fix_that_hides_every_failure_is_rejected_and_the_right_one_accepted(m
     assert "mean now swallows Exception" in rejected["reason"]
     assert second["candidates"][0]["verdict"] == "accepted"
     assert git(repo, "show", f"{outcome.branch}:stats.py") == EMPTY
+
+
+def test_of_two_fixes_in_one_batch_the_smaller_edit_is_accepted(make_repo, tmp_path):
+    repo = make_repo(
+        {
+            "stats.py": "def mean(xs):\n    return sum(xs) / (len(xs) + 1)\n",
+            "tests/test_stats.py": "from stats import mean\n\n\ndef test_mean():\n    assert mean([1, 3]) == 2\n",
+        }
+    )
+    # Both pass; the first, drafted first, rewrites the function around the test.
+    fitted = "def mean(xs):\n    if xs == [1, 3]:\n        return 2\n    return sum(xs) / (len(xs) + 1)\n"
+    smallest = "def mean(xs):\n    return sum(xs) / (len(xs) + 0)\n"
+    file = tmp_path / "edits.jsonl"
+    file.write_text("".join(json.dumps({"files": {"stats.py": t}}) + "\n" for t in (fitted, smallest)))
+    outcome = fix(repo, RunConfig(drafter=f"replay:{file}", candidates=2), view=QuietView(notices=False))
+    assert outcome.result.outcome == "goal"
+    [iteration] = [r for r in read_trace(outcome.trace) if r["type"] == "iteration"]
+    assert [c["verdict"] for c in iteration["candidates"]] == ["accepted"]  # the larger never ran
+    assert git(repo, "show", f"{outcome.branch}:stats.py") == smallest
+
+
+def test_an_edits_size_counts_the_tokens_it_changed():
+    def size(before: str, after: str) -> int:
+        return edit_size((FileChange("m.py", before, after),))
+
+    body = "def f(x):\n    return x + 1\n"
+    assert size(body, body.replace("+", "-")) == 1
+    assert size(body, body.replace("x + 1", "abs(x + 1)")) == 3
+    assert size(body, body.replace("x + 1", "x")) == 2
+    assert size(body, "def f(x):\n    if x == 3:\n        return 4\n    return x + 1\n") == 8  # (`==`: two)

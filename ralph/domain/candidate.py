@@ -6,6 +6,7 @@ import difflib
 import fnmatch
 import functools
 import hashlib
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -129,6 +130,24 @@ def shared_ends(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:
     while tail < limit - head and before[-1 - tail] == after[-1 - tail]:
         tail += 1
     return head, tail
+
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def edit_size(changes: Sequence[FileChange]) -> int:
+    """How much an edit changes: the tokens (each name or number, and each other character but
+    space) it replaced, removed or added in the lines it touched; a one-token swap is 1, wrapping a
+    value in `abs()` 3. A deleted file counts its every token."""
+    size = 0
+    for change in changes:
+        old, new = (change.before or "").splitlines(), (change.after or "").splitlines()
+        head, tail = shared_ends(old, new)
+        was = _TOKEN.findall("\n".join(old[head : len(old) - tail]))
+        now = _TOKEN.findall("\n".join(new[head : len(new) - tail]))
+        matcher = difflib.SequenceMatcher(None, was, now, autojunk=False)
+        size += sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op != "equal")
+    return size
 
 
 def edited_lines(before: str, after: str) -> tuple[int, int]:
