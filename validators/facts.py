@@ -39,6 +39,8 @@ class VerifySettings:
     """The gate runs beside the loop: a verification ends after the targeted stages."""
     plausibility: str = "reject"
     """reject, warn or off."""
+    semantic_off: frozenset[str] = frozenset()
+    """The semantic rules turned off, by code (`special-case`): the others still judge."""
     api_changes: bool = False
     """Whether an edit may change the project's public API."""
     formatting: bool = True
