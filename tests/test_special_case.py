@@ -5,6 +5,7 @@ for when the rule is off."""
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from ralph.session import fix
 from ralph.trace import read_trace
 from ralph.validators.facts import VerifySettings
 from ralph.validators.pipeline import Verifier
-from ralph.validators.special_case import literal_key, special_cases, literals_of_test
+from ralph.validators.special_case import literal_key, literals_of_test, special_cases
 from ralph.validators.toolchain import Toolchain
 from ralph.view import QuietView
 from tests.conftest import git, write_files
@@ -50,8 +51,10 @@ def test_an_added_comparison_with_the_tests_input_and_its_expected_value_returne
     ]
     member = SOLVE.replace("    return", "    if n in ('abc', 'xyz'):\n        return n[::-1]\n    return")
     assert _found(SOLVE, member) == [f"solve now compares `n` with 'abc', a value of the failing test {TEST}"]
-    through_a_local = SOLVE.replace("    return", "    m = n\n    if 42 == m:\n        pass\n    return")
-    assert len(_found(SOLVE, through_a_local)) == 1
+    reversed_ = SOLVE.replace("    return", "    if 42 == abs(n):\n        pass\n    return")
+    assert _found(SOLVE, reversed_) == [
+        f"solve now compares `abs(n)` with 42, a value of the failing test {TEST}"
+    ]
 
 
 def test_a_literal_the_module_already_held_is_no_special_case():
@@ -69,22 +72,25 @@ def test_trivial_literals_ordering_and_values_of_no_failing_test_are_no_special_
     assert _found(SOLVE, SOLVE.replace("    return", "    if n == 43:\n        return 8\n    return")) == []
     constant = SOLVE.replace("    return", "    if LIMIT == 42:\n        pass\n    return")
     assert _found(SOLVE, constant) == []  # (not an input: a module's constant)
+    # A loop's item compared with a character: how a parser reads its input (HumanEvalFix's true fix
+    # of correct_bracketing compares `b` with "<", a value of its test).
+    reads = "def solve(s):\n    for c in s:\n        if c == '>':\n            return c\n    return s\n"
+    test = "def test_solve():\n    assert solve('<') == '<'\n"
+    node = "t.py::test_solve"
+    assert special_cases(reads, reads.replace("'>'", "'<'"), {node: literals_of_test(test, node)}) == []
 
 
 def test_literals_are_compared_by_value_and_type():
-    assert literal_key(ast_of("1")) != literal_key(ast_of("True")) != literal_key(ast_of("1.0"))
-    assert literal_key(ast_of("-5")) == ("int", -5)
-    assert literal_key(ast_of("x")) is None
-    test = "def test_flag():\n    assert solve(True) == 'yes'\n"
-    node = "t.py::test_flag"
-    assert literals_of_test(test, node) == {literal_key(ast_of("True")), literal_key(ast_of("'yes'"))}
-    after = "def solve(n):\n    if n == 1:\n        return 'yes'\n    return n // 6\n"
+    keys = {literal_key(ast_of(text)) for text in ("2", "2.0", "True", "1")}
+    assert len(keys) == 4 and literal_key(ast_of("-5")) == ("int", -5) and literal_key(ast_of("x")) is None
+    test = "def test_half():\n    assert solve(2.0) == 'yes'\n"
+    node = "t.py::test_half"
+    assert literals_of_test(test, node) == {literal_key(ast_of("2.0")), literal_key(ast_of("'yes'"))}
+    after = "def solve(n):\n    if n == 2:\n        return 'yes'\n    return n // 6\n"
     assert [c.literal for c in special_cases(SOLVE, after, {node: literals_of_test(test, node)})] == ["'yes'"]
 
 
-def ast_of(text: str):
-    import ast
-
+def ast_of(text: str) -> ast.expr:
     return ast.parse(text, mode="eval").body
 
 

@@ -4,7 +4,7 @@ passes; the function is no more right than it was.
 
 A pure reading of the edit's two texts and the literals of the tests it fixed (`literals_of_test`):
 a comparison for equality or membership (`==`, `!=`, `in`, `not in`, `is`, `is not`) of an
-expression reading a parameter or a local name of a changed function with a literal of the failing
+expression reading a parameter of a changed function with a literal of the failing
 test, or a `return`/`yield` of such a literal, where the module held that literal nowhere before the
 edit (a fix that puts back a value the module already uses, `tablefmt == "grid"` in tabulate, is no
 special case). An ordering comparison (`n < 2`) is a boundary, which true fixes add all the time; a
@@ -163,11 +163,13 @@ def _own(function: Function) -> Iterator[ast.AST]:
 
 
 def _inputs(function: Function) -> set[str]:
-    """The function's parameters and the names it binds: what holds the values it was called with."""
+    """The function's parameters: a special case compares the input itself (`n == 42`, `len(s) ==
+    3`). A name bound from it is left alone: a loop's item compared with a character
+    (`for b in brackets: if b == "<"`) is how a parser reads its input, and HumanEvalFix's true
+    fix of `correct_bracketing` is one."""
     args = function.args
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-    names = {a.arg for a in every if a is not None}
-    return names | {n.id for n in _own(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {a.arg for a in every if a is not None}
 
 
 def _reads(node: ast.expr, inputs: set[str]) -> bool:
