@@ -65,6 +65,24 @@ def test_a_literal_the_module_already_held_is_no_special_case():
     assert _found(within, "def solve(n):\n    return 7 if n else n // 7\n") == []
 
 
+def test_a_comparison_or_a_returned_literal_the_edit_changed_rather_than_added_is_no_special_case():
+    """The true fixes of two mutants: tabulate's `_isbool` compared `string` with "false" (its test's
+    "False"), pyasn1's `prettyPrint` returned '' (its test's '<overflow>')."""
+    test = "def test_it():\n    assert solve('False') == '<overflow>'\n"
+    node = "t.py::test_it"
+    tests = {node: literals_of_test(test, node)}
+    compares = "def solve(s):\n    return s in ('True', 'false')\n"
+    assert special_cases(compares, compares.replace("'false'", "'False'"), tests) == []
+    returns = "def solve(s):\n    if s:\n        return ''\n    return s\n"
+    assert special_cases(returns, returns.replace("''", "'<overflow>'"), tests) == []
+    added = returns.replace(
+        "    return s\n", "    if s is None:\n        return '<overflow>'\n    return s\n"
+    )
+    assert [c.message() for c in special_cases(returns, added, tests)] == [
+        "solve now returns '<overflow>', a value of the failing test t.py::test_it"
+    ]
+
+
 def test_trivial_literals_ordering_and_values_of_no_failing_test_are_no_special_case():
     trivial = "def solve(n):\n    if n == 0 or n is None:\n        return ''\n    return n // 6\n"
     assert _found(SOLVE, trivial) == []

@@ -7,7 +7,9 @@ a comparison for equality or membership (`==`, `!=`, `in`, `not in`, `is`, `is n
 expression reading a parameter of a changed function with a literal of the failing
 test, or a `return`/`yield` of such a literal, where the module held that literal nowhere before the
 edit (a fix that puts back a value the module already uses, `tablefmt == "grid"` in tabulate, is no
-special case). An ordering comparison (`n < 2`) is a boundary, which true fixes add all the time; a
+special case). Added, not changed: a comparison of what the function compared before, or a literal
+returned where the function returned as many literals before, is a value put right (the true fixes
+of mutants of tabulate's `_isbool` and pyasn1's `prettyPrint`). An ordering comparison (`n < 2`) is a boundary, which true fixes add all the time; a
 trivial literal (`TRIVIAL`) is in every fix. Literals are compared by value and type: `1` is
 neither `True` nor `1.0`.
 
@@ -112,43 +114,71 @@ def special_cases(before: str, after: str, tests: Mapping[str, Collection[Key]])
         return []
     known = set(literals(ast.walk(ast.parse(before)))) | TRIVIAL  # (it parsed: Edit.read said so)
 
-    def of_a_test(key: Key) -> str | None:
-        if key in known:
+    def of_a_test(key: Key | None) -> str | None:
+        if key is None or key in known:
             return None
         return next((test for test, found in tests.items() if key in found), None)
 
     found: list[SpecialCase] = []
     for name, function in edit.changed():
+        was = edit.old.get(name)
         inputs = _inputs(function)
+        # What the edit changed rather than added: a comparison of a subject the function compared
+        # before (`string in ("True", "false")` put right), a literal returned where one was before
+        # (pyasn1's `return ''` put back to `return '<overflow>'`).
+        compared = _subjects(was) if was is not None else set()
         for node in _own(function):
             if isinstance(node, ast.Compare):
-                found += _compared(name, node, inputs, of_a_test)
-            elif isinstance(node, ast.Return | ast.Yield) and node.value is not None:
-                key = literal_key(node.value)
-                test = of_a_test(key) if key is not None else None
-                if test is not None:
-                    found.append(SpecialCase(name, node.lineno, ast.unparse(node.value), None, test))
-    return found
+                found += _compared(name, node, inputs, compared, of_a_test)
+        returned = _returned(function)
+        if len(returned) > len(_returned(was) if was is not None else []):
+            for value in returned:
+                if (test := of_a_test(literal_key(value))) is not None:
+                    found.append(SpecialCase(name, value.lineno, ast.unparse(value), None, test))
+    return sorted(found, key=lambda case: case.line)
+
+
+def _returned(function: Function) -> list[ast.expr]:
+    """The literals the function returns or yields as they are (`return 7`)."""
+    return [
+        node.value
+        for node in _own(function)
+        if isinstance(node, ast.Return | ast.Yield) and node.value is not None and literal_key(node.value)
+    ]
 
 
 def _compared(
-    name: str, node: ast.Compare, inputs: set[str], of_a_test: Callable[[Key], str | None]
+    name: str,
+    node: ast.Compare,
+    inputs: set[str],
+    before: set[str],
+    of_a_test: Callable[[Key | None], str | None],
 ) -> Iterator[SpecialCase]:
-    """The sides of `node`'s equality and membership tests that read an input and meet a test's literal."""
+    """The sides of `node`'s equality and membership tests that read an input, were compared with
+    nothing before (`before`: those the function compared), and meet a test's literal."""
+    for subject, other in _pairs(node):
+        if ast.unparse(subject) in before or not _reads(subject, inputs):
+            continue
+        items = other.elts if isinstance(other, ast.List | ast.Tuple | ast.Set) else []
+        for literal in (other, *items):  # (`n in (3, 5)` compares n with 3 and with 5)
+            if (test := of_a_test(literal_key(literal))) is not None:
+                yield SpecialCase(name, node.lineno, ast.unparse(literal), ast.unparse(subject), test)
+                break
+
+
+def _pairs(node: ast.Compare) -> Iterator[tuple[ast.expr, ast.expr]]:
+    """(what is compared, what with) for each equality or membership test of `node`, both ways."""
     sides = [node.left, *node.comparators]
     for left, op, right in zip(sides, node.ops, node.comparators, strict=False):
-        if not isinstance(op, _EQUALITY):
-            continue
-        for subject, other in ((left, right), (right, left)):
-            if literal_key(subject) is not None or not _reads(subject, inputs):
-                continue
-            items = other.elts if isinstance(other, ast.List | ast.Tuple | ast.Set) else []
-            for literal in (other, *items):  # (`n in (3, 5)` compares n with 3 and with 5)
-                key = literal_key(literal)
-                test = of_a_test(key) if key is not None else None
-                if test is not None:
-                    yield SpecialCase(name, node.lineno, ast.unparse(literal), ast.unparse(subject), test)
-                    break
+        if isinstance(op, _EQUALITY):
+            yield from ((s, o) for s, o in ((left, right), (right, left)) if literal_key(s) is None)
+
+
+def _subjects(function: Function) -> set[str]:
+    """The expressions the function compares for equality or membership, as written."""
+    return {
+        ast.unparse(s) for node in _own(function) if isinstance(node, ast.Compare) for s, _ in _pairs(node)
+    }
 
 
 def _own(function: Function) -> Iterator[ast.AST]:
