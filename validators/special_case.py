@@ -69,10 +69,10 @@ def literal_key(node: ast.AST) -> Key | None:
     return None if value is Ellipsis else _key(value)
 
 
-def literals(nodes: Iterator[ast.AST]) -> dict[Key, str]:
-    """The literals among `nodes`, whole containers and their items, each with its text. The `5` of
-    `-5` and the pieces of an f-string are no literals of their own."""
-    found: dict[Key, str] = {}
+def literals(nodes: Iterator[ast.AST]) -> frozenset[Key]:
+    """The literals among `nodes`, whole containers and their items. The `5` of `-5` and the pieces
+    of an f-string are no literals of their own."""
+    found: set[Key] = set()
     parts: set[int] = set()
     for node in nodes:
         if id(node) in parts:
@@ -83,8 +83,15 @@ def literals(nodes: Iterator[ast.AST]) -> dict[Key, str]:
             parts.update(id(v) for v in node.values)
         key = literal_key(node)
         if key is not None:
-            found.setdefault(key, ast.unparse(node))
-    return found
+            found.add(key)
+    return frozenset(found)
+
+
+@functools.lru_cache(maxsize=8)
+def _held(text: str) -> frozenset[Key]:
+    """The literals a module's text holds, the trivial ones too (the accepted text of a file is read
+    for each candidate that changes it: once)."""
+    return literals(ast.walk(ast.parse(text))) | TRIVIAL
 
 
 @dataclass(frozen=True)
@@ -112,12 +119,11 @@ def special_cases(before: str, after: str, tests: Mapping[str, Collection[Key]])
     edit = Edit.read(before, after)
     if edit is None:
         return []
-    known = set(literals(ast.walk(ast.parse(before)))) | TRIVIAL  # (it parsed: Edit.read said so)
 
     def of_a_test(key: Key | None) -> str | None:
-        if key is None or key in known:
-            return None
-        return next((test for test, found in tests.items() if key in found), None)
+        """The failing test `key` is a value of, where the module held no such value before."""
+        test = next((t for t, found in tests.items() if key in found), None) if key is not None else None
+        return test if test is not None and key not in _held(before) else None  # (it parsed: Edit.read)
 
     found: list[SpecialCase] = []
     for name, function in edit.changed():
@@ -233,7 +239,7 @@ def literals_of_test(source: str, nodeid: str) -> frozenset[Key]:
     names |= {a.arg for a in test.args.args}  # (a fixture of the module, by its parameter's name)
     read += [helpers[n] for n in names if n in helpers and helpers[n] is not test]
     read += [tables[n] for n in names if n in tables]
-    return frozenset(literals(node for part in read for node in ast.walk(part)))
+    return literals(node for part in read for node in ast.walk(part))
 
 
 def _test_function(module: ast.Module, nodeid: str) -> tuple[Function, list[ast.expr]] | None:
