@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ralph.validators.repairs import SafeFixes
+from ralph.validators.special_case import SpecialCaseStage
 from ralph.validators.stages import (
     AllChecksStage,
     ApiStage,
@@ -65,6 +66,7 @@ STAGES: tuple[Entry, ...] = (
     # Only for a candidate that improves (beside the second type check): one the static stages or the
     # targeted tests reject, the rejection path, never pays for them.
     Entry("settled", lambda t: PlausibilityStage(t.plausibility)),
+    Entry("settled", lambda t: SpecialCaseStage()),
     Entry("settled", lambda t: ApiStage(t.api)),
     # With the gate beside the loop: the passing tests that ran a changed line, before the state is taken.
     Entry("probe", lambda t: ProbeStage(t.tests, t.gate)),
