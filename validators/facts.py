@@ -47,6 +47,7 @@ class VerifySettings:
     """--max-seconds: a candidate that hangs takes a tenth of it at most."""
     allow: Collection[str] | None = None
     """The policy rules the project allows (None: its `[tool.ralph] allow`)."""
+    semantic_off: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

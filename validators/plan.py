@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ralph.validators.deleted import DeletedBehaviourStage
 from ralph.validators.repairs import SafeFixes
 from ralph.validators.stages import (
     AllChecksStage,
@@ -66,6 +67,8 @@ STAGES: tuple[Entry, ...] = (
     # targeted tests reject, the rejection path, never pays for them.
     Entry("settled", lambda t: PlausibilityStage(t.plausibility)),
     Entry("settled", lambda t: ApiStage(t.api)),
+    # Code a passing test ran that the edit deletes with nothing in its place (the baseline's coverage).
+    Entry("settled", lambda t: DeletedBehaviourStage()),
     # With the gate beside the loop: the passing tests that ran a changed line, before the state is taken.
     Entry("probe", lambda t: ProbeStage(t.tests, t.gate)),
     Entry("gate", lambda t: GateStage(t.gate)),
