@@ -59,13 +59,13 @@ def deletions(before: str, after: str, ran: Mapping[int, Collection[str]]) -> li
     """The statements, branches and handlers inside functions of `before` that the edit to `after`
     removed with nothing in their place, and that a passing test ran: `ran` maps a line of `before`
     to the passing tests that ran it at the baseline. None where `before` does not parse."""
+    old = before.splitlines()
+    removed, added = _removed(old, after.splitlines())
+    if not removed:  # (most edits: no parse of a large module)
+        return []
     try:
         tree = ast.parse(before)
     except (SyntaxError, ValueError, RecursionError):
-        return []
-    old = before.splitlines()
-    removed, added = _removed(old, after.splitlines())
-    if not removed:
         return []
     found = []
     for unit, what, statements in _units(tree, old, removed):
@@ -108,9 +108,12 @@ def _units(
     tree: ast.Module, old: list[str], removed: set[int]
 ) -> Iterator[tuple[_Unit, str, list[ast.stmt]]]:
     """The outermost removed pieces inside functions: (its lines, what to call it, its statements)."""
+    low, high = min(removed), max(removed)
     for function in ast.walk(tree):
         if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield from _in_block(function.body, old, removed)
+            first, last = _span(function)
+            if first <= high and low <= last:  # (a function the edit removed nothing of is not read)
+                yield from _in_block(function.body, old, removed)
 
 
 def _in_block(
