@@ -80,16 +80,14 @@ def deletions(before: str, after: str, ran: Mapping[int, Collection[str]]) -> li
 def _removed(old: list[str], new: list[str]) -> tuple[set[int], set[str]]:
     """The lines of `old` (1-based) that hunks with nothing in their place removed, and the lines the
     edit added anywhere (stripped)."""
-    # (an `elif` that became an `if` is the same line: the branch before it was deleted)
-    old, new = [_ELIF.sub(r"\1if", line) for line in old], [_ELIF.sub(r"\1if", line) for line in new]
     head, tail = shared_ends(old, new)
-    middle = difflib.SequenceMatcher(
-        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
-    )
+    # (an `elif` that became an `if` is the same line: the branch before it was deleted)
+    was = [_ELIF.sub(r"\1if", line) for line in old[head : len(old) - tail]]
+    now = [_ELIF.sub(r"\1if", line) for line in new[head : len(new) - tail]]
     removed: set[int] = set()
     added: set[str] = set()
-    for tag, i1, i2, j1, j2 in middle.get_opcodes():
-        put = [line.strip() for line in new[head + j1 : head + j2]]
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, now, autojunk=False).get_opcodes():
+        put = [line.strip() for line in now[j1:j2]]
         added.update(put)
         if tag == "delete" or (tag == "replace" and all(_nothing(line) for line in put)):
             removed.update(range(head + i1 + 1, head + i2 + 1))
