@@ -137,7 +137,13 @@ class Verifier:
             if tools.format.enabled
             else "off: the project does not format with ruff"
         )
-        return {"plausibility": tools.plausibility.mode, "api": api, "format": formats}
+        off, mode = self.settings.semantic_off, self.settings.plausibility
+        ours = {
+            code: "off: semantic_off" if code in off else mode
+            for code in ("special-case", "deleted-behaviour")
+        }
+        turned_off = {"semantic_off": ", ".join(sorted(off))} if off else {}
+        return {"plausibility": tools.plausibility.mode, **ours, "api": api, "format": formats, **turned_off}
 
     def is_test_file(self, path: str) -> bool:
         """A file pytest collected tests from at the baseline, or one named like a test file."""

@@ -8,7 +8,7 @@ A candidate meets the steps in `STEPS` order, each step the registry's stages fo
 - `targeted`: the failing tests that can see the change until one passes, the failing checks and,
   when the state has type errors, the type checker: must improve;
 - `settled` (on the workspace put back, only for a candidate that improves): the type checker again
-  and the semantic stages (plausibility, API);
+  and the semantic stages (plausibility, special-case, deleted-behaviour, API);
 - `probe` (only with the gate beside the loop): the passing tests that ran a changed line, a failure
   confirmed by the whole gate in line before it rejects;
 - `gate`: the whole suite in a fresh child; `gate-checks`: every check, on the state put back: must
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ralph.validators.deleted import DeletedBehaviourStage
 from ralph.validators.repairs import SafeFixes
 from ralph.validators.special_case import SpecialCaseStage
 from ralph.validators.stages import (
@@ -67,6 +68,8 @@ STAGES: tuple[Entry, ...] = (
     # targeted tests reject, the rejection path, never pays for them.
     Entry("settled", lambda t: PlausibilityStage(t.plausibility)),
     Entry("settled", lambda t: SpecialCaseStage()),
+    # Code a passing test ran that the edit deletes with nothing in its place (the baseline's coverage).
+    Entry("settled", lambda t: DeletedBehaviourStage()),
     Entry("settled", lambda t: ApiStage(t.api)),
     # With the gate beside the loop: the passing tests that ran a changed line, before the state is taken.
     Entry("probe", lambda t: ProbeStage(t.tests, t.gate)),
