@@ -673,7 +673,7 @@ def bench_fix_command(
 ) -> None:
     """The loop over a task suite: one trace per task, fix rate, time to green, r per drafter; for
     JSONL tasks, each fix judged plausible, correct or overfit."""
-    from ralph.bench.fix import VISIBLE, bench_fix
+    from ralph.bench.fix import bench_fix
     from ralph.config import check_config, read_toml
 
     console = Console(stderr=True, soft_wrap=True)
@@ -682,8 +682,6 @@ def bench_fix_command(
     given = {"python": python, "background_gate": background_gate, "on_gate_failure": on_gate_failure}
     config |= {k: v for k, v in {**given, "jobs": jobs}.items() if v is not None}
     check_config(config)
-    if visible not in VISIBLE:
-        raise RalphError(f"--visible {visible!r}: one of {', '.join(VISIBLE)}")
     summary = bench_fix(
         tasks,
         out,

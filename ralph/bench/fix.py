@@ -264,6 +264,8 @@ def bench_fix(
     visible: str = "full",
 ) -> dict[str, Any]:
     """Run every task; write one trace per task under `out/traces`; return the summary."""
+    if visible not in VISIBLE:
+        raise RalphError(f"--visible {visible!r}: one of {', '.join(VISIBLE)}")
     if mutants:
         progress(f"finding {mutants} single-token mutants of {tasks} its suite catches")
         chosen = mutant_tasks(tasks, mutants, (config or {}).get("python"))
