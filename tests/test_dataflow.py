@@ -116,6 +116,8 @@ def test_an_added_handler_that_catches_anything_and_hides_it_is_found():
     assert swallowed(SUM, hidden)[0].message() == (
         "total now swallows Exception (its handler does nothing or returns a constant)"
     )
+    assertion = hidden.replace("except Exception:", "except (ValueError, AssertionError):")
+    assert _swallowed(SUM, assertion) == [("total", "(ValueError, AssertionError)")]
 
 
 def test_a_named_exception_handled_or_a_handler_already_there_is_no_finding():

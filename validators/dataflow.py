@@ -39,8 +39,9 @@ class Cut:
 
 @dataclass(frozen=True)
 class Swallowed:
-    """An exception handler the edit added that catches any failure and hides it: it does nothing,
-    or gives back a constant (`except Exception: pass`, `except: return None`)."""
+    """An exception handler the edit added that catches any failure, or an assertion's, and hides
+    it: it does nothing, or gives back a constant (`except Exception: pass`, `except: return None`,
+    `except AssertionError: return 0`)."""
 
     function: str
     line: int  # the handler's line in the edited text
@@ -124,12 +125,20 @@ def swallowed(before: str, after: str) -> list[Swallowed]:
 
 
 # What catches any failure (a named exception returning a default is often the fix itself:
-# `except IndexError: return None` for an empty list).
-_BROAD = frozenset({"Exception", "BaseException", "builtins.Exception", "builtins.BaseException"})
+# `except IndexError: return None` for an empty list), or the failing assertion's own (no fix of the
+# code under test catches an AssertionError: it hides the test's verdict, or the code's own check).
+_BROAD = frozenset(
+    {
+        "Exception",
+        "BaseException",
+        "AssertionError",
+        *(f"builtins.{name}" for name in ("Exception", "BaseException", "AssertionError")),
+    }
+)
 
 
 def _quiet_handlers(function: Function) -> Iterator[ast.ExceptHandler]:
-    """The handlers that catch any failure and hide it."""
+    """The handlers that catch any failure (or an assertion's) and hide it."""
     for node, _ in _walk(function.body, ()):
         for handler in getattr(node, "handlers", []) or []:
             caught = handler.type
