@@ -57,6 +57,23 @@ def test_a_fix_that_passes_the_full_test_and_differs_next_to_it_is_not_correct()
     assert verdict["differs_near"] == ["(2,)"] and not verdict["correct"]
 
 
+def test_a_fix_that_prints_is_judged_and_a_test_with_no_literal_call_compares_nothing():
+    chatty = ROW["prompt"] + "    print('x', end='')\n    return x + 1\n"
+    assert judge(chatty, HIDDEN, sys.executable, "bwrap")["correct"]
+    computed = Hidden.of({**ROW, "test": "def check(f):\n    n = 1\n    assert f(n) == 2\ncheck(add_one)\n"})
+    verdict = judge(ROW["prompt"] + "    return x + 1\n", computed, sys.executable, "bwrap")
+    assert verdict["correct"] and verdict["compared"] == 0
+
+
+def test_a_fix_that_catches_everything_forever_is_unfinished_not_correct():
+    stubborn = (
+        ROW["prompt"]
+        + "    while True:\n        try:\n            pass\n        except BaseException:\n            pass\n"
+    )
+    verdict = judge(stubborn, HIDDEN, sys.executable, "bwrap", limit_s=5)
+    assert verdict["unfinished"] == "timed out" and not verdict["correct"]
+
+
 def test_a_fix_that_hangs_or_does_not_import_is_not_correct():
     hangs = ROW["prompt"] + "    while True:\n        pass\n"
     assert judge(hangs, HIDDEN, sys.executable, "bwrap")["hidden"] == "timeout"
@@ -79,7 +96,11 @@ def test_bench_fix_with_the_example_visible_judges_each_plausible_fix(tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["tasks"] == 2  # a task with no example test has nothing for the loop to see
     assert (summary["plausible"], summary["correct"], summary["overfit"]) == (1, 1, 0)
-    assert summary["nothing_to_fix"] == 1  # its visible test passed before any edit
+    assert summary["nothing_to_fix"] == 1  # its visible test passed before any edit...
+    assert summary["fixed"] == 1  # ...so it is no fix
     assert summary["judged_by"]["mutation"] == {"plausible": 1, "correct": 1, "overfit": 0}
     bad = run_ralph(*args, "--visible", "hidden")
     assert bad.returncode == 2 and "--visible 'hidden': one of full, example" in bad.stderr
+    tasks.write_text(json.dumps({**ROW, "example_test": 5}) + "\n")
+    bad = run_ralph(*args, "--visible", "example")
+    assert bad.returncode == 2 and "not a HumanEvalFix-style JSONL file" in bad.stderr, bad.stderr

@@ -135,7 +135,7 @@ def load_tasks(tasks: Path, limit: int | None = None, visible: str = "full") -> 
                 for r in rows
                 if visible == "full" or str(r.get("example_test") or "").strip()
             ]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RalphError(f"{tasks}: not a HumanEvalFix-style JSONL file ({exc})") from None
     elif tasks.is_dir():
         found = [
@@ -205,8 +205,11 @@ def _judged(hidden: Hidden, repo: Path, outcome: FixOutcome, sandbox: str) -> di
     if outcome.result.accepted == 0 or outcome.branch is None or outcome.python is None:
         return {"nothing_to_fix": True}
     show = [*_GIT, "show", f"{outcome.branch}:solution.py"]
-    solution = subprocess.run(show, cwd=repo, capture_output=True, text=True, check=True).stdout
-    return {"judged": judge(solution, hidden, outcome.python, sandbox)}
+    shown = subprocess.run(show, cwd=repo, capture_output=True, text=True, check=False)
+    if shown.returncode != 0:
+        why = f"the fix's solution.py cannot be read from {outcome.branch}: {shown.stderr.strip()[:200]}"
+        return {"judged": {"hidden": why, "differs": [], "differs_near": [], "correct": False}}
+    return {"judged": judge(shown.stdout, hidden, outcome.python, sandbox)}
 
 
 def _naive_run_s(repo: Path, python: str | None, limit_s: float) -> float | None:
@@ -369,8 +372,9 @@ def judgement(read: list[tuple[dict[str, Any], Run]]) -> dict[str, Any]:
     overfit (plausible, not correct: failing the full test, or only differing on an input), overall
     and per template and drafter of the accepted edits. Nothing when no fix was judged."""
     judged = [(result, run) for result, run in read if "judged" in result]
+    nothing = sum(bool(r.get("nothing_to_fix")) for r, _ in read)
     if not judged:
-        return {}
+        return {"nothing_to_fix": nothing} if nothing else {}
     by: dict[str, dict[str, int]] = {}
     for result, run in judged:
         kept = [c for it in run.iterations for c in it.kept]
@@ -396,7 +400,7 @@ def judgement(read: list[tuple[dict[str, Any], Run]]) -> dict[str, Any]:
             for r, _ in judged
         ),
         "overfit_rate": round((len(judged) - correct) / len(judged), 4),
-        "nothing_to_fix": sum(bool(r.get("nothing_to_fix")) for r, _ in read),
+        "nothing_to_fix": nothing,
         "judged_by": dict(sorted(by.items())),
         "overfit_tasks": sorted(r["task"] for r, _ in judged if not r["judged"]["correct"]),
     }
@@ -414,7 +418,8 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     greens = [r.time_to_green_s for r in runs if r.time_to_green_s is not None]
     ratios = _naive_ratios(read)
     wall = sum(r.wall_s for r in runs) or 1e-9
-    fixed = sum(r["outcome"] == "goal" for r in results)
+    # (a task whose visible tests passed before any edit reached its goal with nothing fixed)
+    fixed = sum(r["outcome"] == "goal" and not r.get("nothing_to_fix") for r in results)
     summary = {
         "tasks": len(results),
         "fixed": fixed,

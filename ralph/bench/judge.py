@@ -1,7 +1,7 @@
 """Is a plausible fix correct? A HumanEvalFix task's fix judged beyond the tests it was fixed with:
 by the task's full test (hidden from the loop when it fixed with `example_test` only), and by its
 outputs against the canonical solution's on the inputs the tests call it with and their neighbours
-(one argument moved a step: an int by one, a list or string by an element).
+(one argument moved a step: a number by one, a list by an element).
 
 A fix that passes the tests it saw and fails these is plausible but overfit: it learned the tests, not
 the function. The fix is candidate code: the judge runs it in the run's sandbox.
@@ -32,7 +32,11 @@ class Hidden:
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> Hidden:
-        return cls(row["entry_point"], row["prompt"], row["test"], row.get("canonical_solution") or None)
+        """A JSONL row's (TypeError when a field is not text: bad input)."""
+        fields = [row["entry_point"], row["prompt"], row["test"], row.get("canonical_solution") or None]
+        if not all(isinstance(f, str) for f in fields[:3]) or not isinstance(fields[3], str | None):
+            raise TypeError("entry_point, prompt, test and canonical_solution must be text")
+        return cls(*fields)
 
 
 def inputs(test: str, entry: str) -> list[tuple[tuple[Any, ...], bool]]:
@@ -64,8 +68,8 @@ def inputs(test: str, entry: str) -> list[tuple[tuple[Any, ...], bool]]:
 
 
 def neighbours(args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    """`args` with one argument moved a step: an int by one either way, a float by a half, a list
-    one element shorter, with its last repeated, or reversed. Never a string: a string argument
+    """`args` with one argument moved a step: an int by one either way, a float by a half, a bool
+    flipped, a list one element shorter, with its last repeated, or reversed. Never a string: a string argument
     usually has a grammar (balanced parentheses, a date) that a step breaks, and a fix and the
     canonical solution may answer such an input differently, both rightly."""
     near = []
@@ -87,10 +91,11 @@ def _steps(value: Any) -> list[Any]:
     return []
 
 
-# Run inside the sandbox: the fix's module and the canonical one side by side. Prints one JSON line:
-# the hidden test's verdict and the inputs whose outputs differ.
+# Run inside the sandbox: the fix's module and the canonical one side by side. Writes its verdict to
+# verdict.json as it goes (the hidden test's, then the inputs whose outputs differ), so a fix that
+# outlives every limit (one that catches BaseException in a loop) still leaves what was judged.
 _SCRIPT = r"""
-import ast, copy, json, math, signal, sys
+import ast, copy, json, math, signal, sys, time
 sys.setrecursionlimit(10000)
 class Late(BaseException):
     pass
@@ -98,20 +103,23 @@ def late(*_):
     raise Late()
 signal.signal(signal.SIGALRM, late)
 def within(seconds, call):
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return "ok", call()
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return "ok", call()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except Late:
         return "timeout", None
     except BaseException as exc:
         return "raise", type(exc).__name__
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
 def load(path):
     space = {"__name__": path[:-3]}
     exec(compile(open(path).read(), path, "exec"), space)
     return space
 def same(a, b):
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
     if isinstance(a, float) or isinstance(b, float):
         try:
             return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (a != a and b != b)
@@ -123,18 +131,24 @@ def same(a, b):
         return bool(a == b) and type(a) is type(b)
     except BaseException:
         return False
+def say(verdict):
+    with open("verdict.json", "w") as out:
+        json.dump(verdict, out)
 entry = sys.argv[1]
 verdict = {"hidden": None, "differs": [], "differs_near": [], "compared": 0}
 state, fixed = within(10, lambda: load("fixed.py"))
 if state != "ok":
     verdict["hidden"] = "the fix does not import: " + str(fixed)
-    print(json.dumps(verdict)); sys.exit(0)
+    say(verdict); sys.exit(0)
 test = dict(fixed)
 state, why = within(20, lambda: exec(compile(open("hidden_test.py").read(), "hidden_test.py", "exec"), test))
 verdict["hidden"] = "pass" if state == "ok" else ("timeout" if state == "timeout" else "fail: " + str(why))
+say(verdict)
 if len(sys.argv) > 2:
     canonical = load("canonical.py")
     for line in open("inputs.txt").read().splitlines():
+        if not line.strip():
+            continue
         near, args = line[0] == "N", ast.literal_eval(line[2:])
         want = within(1, lambda: canonical[entry](*copy.deepcopy(args)))
         if want[0] != "ok":
@@ -143,17 +157,21 @@ if len(sys.argv) > 2:
         verdict["compared"] += 1
         if got[0] != "ok" or not same(got[1], want[1]):
             verdict["differs_near" if near else "differs"].append(line[2:202])
-print(json.dumps(verdict))
+        say(verdict)
+verdict["done"] = True
+say(verdict)
 """
 
 
-def judge(solution: str, hidden: Hidden, python: str, sandbox_name: str) -> dict[str, Any]:
+def judge(
+    solution: str, hidden: Hidden, python: str, sandbox_name: str, limit_s: float = 120.0
+) -> dict[str, Any]:
     """The fix `solution` (the whole module) judged in the sandbox: `hidden` (the full test: "pass",
     "fail: why", "timeout"), `differs` and `differs_near` (the tests' inputs, and their neighbours,
     whose output is not the canonical one's), `compared`, and `correct` (passes the full test and
-    differs nowhere). The judge trusts the fix not to attack it (it runs in the judge's process,
-    sandboxed from the machine, not from the verdict): a measurement, not a verification."""
-    from ralph.domain.errors import RalphError
+    differs nowhere), `unfinished` when the judge did not get through (it outlived `limit_s`: not
+    correct). The judge trusts the fix not to attack it (it runs in the judge's process, sandboxed
+    from the machine, not from the verdict): a measurement, not a verification."""
     from ralph.sandboxes import select_sandbox
 
     with tempfile.TemporaryDirectory(prefix="ralph-judge-") as tmp:
@@ -164,18 +182,25 @@ def judge(solution: str, hidden: Hidden, python: str, sandbox_name: str) -> dict
         if hidden.canonical is not None:
             (folder / "canonical.py").write_text(hidden.prompt + hidden.canonical, encoding="utf-8")
             lines = [f"{'N' if near else 'T'} {args!r}" for args, near in inputs(hidden.test, hidden.entry)]
-            (folder / "inputs.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            (folder / "inputs.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             argv.append("canonical")
         box = select_sandbox(sandbox_name, folder, [folder])
         try:
-            run = box.run(argv, cwd=str(box.mount_at or folder), timeout_s=300.0)
+            run = box.run(argv, cwd=str(box.mount_at or folder), timeout_s=limit_s)
         finally:
             box.close()
-    try:
-        verdict: dict[str, Any] = json.loads(run.output.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise RalphError(f"the judge gave no verdict (exit {run.returncode}): {run.output[-300:]}") from None
+        try:
+            verdict: dict[str, Any] = json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            verdict = {"hidden": None, "differs": [], "differs_near": []}
+    if verdict.get("hidden") is None:
+        verdict["hidden"] = f"no verdict (exit {run.returncode}): {run.output[-200:]}"
+    if not verdict.pop("done", False):
+        verdict["unfinished"] = "timed out" if run.timed_out else f"exit {run.returncode}"
     verdict["correct"] = (
-        verdict["hidden"] == "pass" and not verdict["differs"] and not verdict["differs_near"]
+        verdict["hidden"] == "pass"
+        and not verdict["differs"]
+        and not verdict["differs_near"]
+        and "unfinished" not in verdict
     )
     return verdict
