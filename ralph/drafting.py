@@ -40,7 +40,8 @@ def drafts(
         one = functools.partial(ask, drafter, context, 1, memory)
         batches: Iterable[list[Candidate]] = _as_they_come(one, batch.asked, memory)
     else:
-        batches = [sorted(ask(drafter, context, batch.asked, memory), key=verification_order)]
+        drafted = ask(drafter, context, batch.asked, memory)
+        batches = [sorted(drafted, key=verification_order) if len(drafted) > 1 else drafted]
     for drafted in batches:
         batch.drafted += len(drafted)
         memory.costs.add(drafted)

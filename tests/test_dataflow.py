@@ -185,3 +185,5 @@ def test_an_edits_size_counts_the_tokens_it_changed():
     assert size(body, body.replace("x + 1", "abs(x + 1)")) == 3
     assert size(body, body.replace("x + 1", "x")) == 2
     assert size(body, "def f(x):\n    if x == 3:\n        return 4\n    return x + 1\n") == 8  # (`==`: two)
+    module = "".join(f"x{i} = f({i})\n" for i in range(3000))  # both ends rewritten: no diff of 24,000 tokens
+    assert size(module, "import os\n" + module + "y = 1\n") == 6 * 3000 + 5  # (its longer side)

@@ -135,6 +135,11 @@ def shared_ends(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
+# Beyond this many token pairs an edit is sized by its longer side: a diff of two large texts costs
+# seconds (a whole-module rewrite), and an edit that large is no candidate for "smallest" anyway.
+_MAX_PAIRS = 250_000
+
+
 def edit_size(changes: Sequence[FileChange]) -> int:
     """How much an edit changes: the tokens (each name or number, and each other character but
     space) it replaced, removed or added in the lines it touched; a one-token swap is 1, wrapping a
@@ -145,6 +150,9 @@ def edit_size(changes: Sequence[FileChange]) -> int:
         head, tail = shared_ends(old, new)
         was = _TOKEN.findall("\n".join(old[head : len(old) - tail]))
         now = _TOKEN.findall("\n".join(new[head : len(new) - tail]))
+        if len(was) * len(now) > _MAX_PAIRS:
+            size += max(len(was), len(now))
+            continue
         matcher = difflib.SequenceMatcher(None, was, now, autojunk=False)
         size += sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op != "equal")
     return size
