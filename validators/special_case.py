@@ -10,8 +10,8 @@ edit (a fix that puts back a value the module already uses, `tablefmt == "grid"`
 special case). Added, not changed: a comparison of what the function compared before, or a literal
 returned where the function returned as many literals before, is a value put right (the true fixes
 of mutants of tabulate's `_isbool` and pyasn1's `prettyPrint`). An ordering comparison (`n < 2`) is a boundary, which true fixes add all the time; a
-trivial literal (`TRIVIAL`) is in every fix. Literals are compared by value and type: `1` is
-neither `True` nor `1.0`.
+trivial literal (`TRIVIAL`) is in every fix. Literals are compared by value and kind: `2` is `2.0`
+(Python compares them equal), `1` is never `True`.
 
 `SpecialCaseStage` reports them for a candidate that improved (the `settled` step), as plausibility
 reports its findings: rejected with `plausibility = "reject"`, said in the stage's detail with
@@ -47,6 +47,8 @@ def _key(value: object) -> Key:
         return (type(value).__name__, frozenset(_key(v) for v in value))
     if isinstance(value, dict):
         return ("dict", frozenset((_key(k), _key(v)) for k, v in value.items()))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return ("number", value)  # (`n == 42.0` compares with the test's 42: 42 == 42.0 in Python)
     return (type(value).__name__, value)
 
 
@@ -145,12 +147,16 @@ def special_cases(before: str, after: str, tests: Mapping[str, Collection[Key]])
 
 
 def _returned(function: Function) -> list[ast.expr]:
-    """The literals the function returns or yields as they are (`return 7`)."""
-    return [
-        node.value
-        for node in _own(function)
-        if isinstance(node, ast.Return | ast.Yield) and node.value is not None and literal_key(node.value)
-    ]
+    """The literals the function returns or yields as they are (`return 7`), whatever its input:
+    in its body's own statements, under no condition. A literal returned in a branch is how a
+    missing case is added (`if n % 15 == 0: return "FizzBuzz"`, February's 29); a branch that is a
+    special case shows in its condition, which `_compared` reads."""
+    found = []
+    for statement in function.body:
+        node = statement.value if isinstance(statement, ast.Expr) else statement
+        if isinstance(node, ast.Return | ast.Yield) and node.value is not None and literal_key(node.value):
+            found.append(node.value)
+    return found
 
 
 def _compared(
