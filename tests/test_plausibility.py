@@ -128,6 +128,20 @@ def test_unused_parameters_of_an_interface_are_the_projects_own(tmp_path):
     assert not result.ok and "parameter `widths` becomes unused" in result.detail
 
 
+def test_turning_a_rule_off_never_makes_another_stricter(tmp_path):
+    """The interface excuse counts the functions of both kinds (ARG001, ARG002) that ignore a
+    parameter: with ARG002 off, a method that ignores `decodeFun` still excuses a function that now
+    does (the review's case: turned off, ARG002's findings vanished and the fix was rejected)."""
+    before = (
+        "class A:\n    def decode(self, data, decodeFun):\n        return data\n\n\n"
+        "def decode(data, decodeFun):\n    return decodeFun(data)\n"
+    )
+    after = before.replace("return decodeFun(data)", "return data")
+    for off in ((), ("flow-cut",), ("flow-cut", "ARG002")):
+        checker = PlausibilityValidator(Toolchain("python3", LocalSandbox(), tmp_path), ruff_bin(), off=off)
+        assert checker.start([FileChange("m.py", before, after)])().ok, off
+
+
 def test_an_identical_line_elsewhere_excuses_nothing_the_edit_did(tmp_path):
     """Excused is the same finding on the same line of the accepted text, not on a line that reads
     the same: `f` has two branches the same on purpose, and the edit makes `g`'s the same."""

@@ -74,6 +74,12 @@ class PlausibilityValidator:
         self.mode = mode
         self.off = frozenset(off)  # the rules (codes) the project turned off
         self.rules = tuple(r for r in RULES if r not in self.off)
+        # What ruff is asked for: the rules on, and both ARG rules whenever one is (the excuse of an
+        # interface's parameter counts the functions of either kind that ignore it); what a turned
+        # off rule finds is dropped after the counting.
+        self.select = self.rules + tuple(
+            r for r in ("ARG001", "ARG002") if r not in self.rules and self.rules
+        )
         # The findings of each file's accepted text (path, text) as (code, message, row).
         self._before: dict[tuple[str, str], frozenset[tuple[str, str, int]]] = {}
 
@@ -117,7 +123,8 @@ class PlausibilityValidator:
                 found += [
                     Diagnostic(self.name, change.path, line, code, _explain(code, message))
                     for code, message, line in after
-                    if any(first <= line <= last for first, last in spans)
+                    if code not in self.off
+                    and any(first <= line <= last for first, last in spans)
                     and not own.excuses(code, message, line)
                 ]
                 found += self._ours(change.path, before, change.after or "")
@@ -150,7 +157,7 @@ class PlausibilityValidator:
         return found
 
     def _start(self, path: str, text: str) -> Started:
-        argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(self.rules)}"]
+        argv = [self.binary, "check", "--isolated", "--no-cache", f"--select={','.join(self.select)}"]
         # `--stdin-filename=PATH` as one argument: a file named like an option stays a file name.
         argv += ["--output-format=json", "--exit-zero", f"--stdin-filename={path}", "-"]
         return self.toolchain.tools.start(
