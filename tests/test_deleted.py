@@ -52,6 +52,33 @@ def test_a_deleted_statement_a_passing_test_ran_is_found_naming_it():
     assert "`result += x` (line 9) that test_sum" in _found(TOTAL.replace("result += x", "pass"))[0]
 
 
+def test_a_function_deleted_whole_reflowed_moves_and_form_feeds_are_read_right():
+    """The second review's cases: an override dropped so the base's method applies deletes no
+    behaviour inside a function; a statement moved with a comment added or reflowed is moved; a
+    deleted statement is found though an identical line stays between two hunks; a form feed is
+    no line break to Python or to coverage."""
+    square = (
+        "class Base:\n    def area(self):\n        return self.w * self.h\n\n\n"
+        "class Square(Base):\n    def area(self):\n        return self.w ** 2\n"
+    )
+    dropped = square.replace("    def area(self):\n        return self.w ** 2\n", "    pass\n")
+    assert deletions(square, dropped, {3: ["t"], 8: ["t"]}) == []
+    commented = TOTAL.replace("    record(result)\n", "").replace(
+        "    result = 0\n", "    result = 0\n    record(result)  # first\n"
+    )
+    assert _found(commented) == []
+    twice = "def f(x):\n    validate(x)\n    y = x + 1\n    validate(x)\n    return y\n"
+    two_hunks = twice.replace("    validate(x)\n    y", "    y", 1).replace("return y", "return y * 2")
+    found = [d.message() for d in deletions(twice, two_hunks, {2: ["t"], 3: ["t"], 4: ["t"], 5: ["t"]})]
+    assert found == [
+        "the edit deletes `validate(x)` (line 2) that t ran at the baseline, with nothing in its place"
+    ]
+    paged = "\x0c\ndef f(x):\n    if x < 0:\n        warn(x)\n    return x\n"
+    assert (
+        deletions(paged, paged.replace("warn(x)", "pass"), {3: ["t"], 5: ["t"]}) == []
+    )  # (no test ran warn)
+
+
 def test_a_replaced_or_moved_statement_is_no_deletion():
     assert _found(TOTAL.replace("    record(result)\n", "    print(result)\n")) == []
     moved = TOTAL.replace("    record(result)\n", "").replace(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ralph.domain.candidate import shared_ends
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
-from ralph.validators.selection import CoverageMap
+from ralph.validators.selection import CoverageIndex
 from ralph.validators.stages import Attempt
 
 CODE = "deleted-behaviour"
@@ -59,8 +59,8 @@ def deletions(before: str, after: str, ran: Mapping[int, Collection[str]]) -> li
     """The statements, branches and handlers inside functions of `before` that the edit to `after`
     removed with nothing in their place, and that a passing test ran: `ran` maps a line of `before`
     to the passing tests that ran it at the baseline. None where `before` does not parse."""
-    old = before.splitlines()
-    removed, added = _removed(old, after.splitlines())
+    old = lines_of(before)
+    removed, added = _removed(old, lines_of(after))
     if not removed:  # (most edits: no parse of a large module)
         return []
     try:
@@ -77,21 +77,39 @@ def deletions(before: str, after: str, ran: Mapping[int, Collection[str]]) -> li
     return found
 
 
-def _removed(old: list[str], new: list[str]) -> tuple[set[int], set[str]]:
-    """The lines of `old` (1-based) that hunks with nothing in their place removed, and the lines the
-    edit added anywhere (stripped)."""
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def lines_of(text: str) -> list[str]:
+    """The lines of `text` as Python and coverage count them (`str.splitlines` also splits at a form
+    feed and other breaks: every line after one would be off by one)."""
+    return _LINE_BREAK.split(text)
+
+
+def _code(line: str) -> str:
+    """A line without its comment and spaces (what a moved statement keeps when it is reflowed or
+    given a comment)."""
+    return re.sub(r"\s+", "", line.split("#", 1)[0])
+
+
+def _removed(old: list[str], new: list[str]) -> tuple[set[int], str]:
+    """The lines of `old` (1-based) that hunks with nothing in their place removed, and the code the
+    edit added anywhere (`_code` of its lines, joined: a statement moved and reflowed is found in
+    it)."""
     head, tail = shared_ends(old, new)
     # (an `elif` that became an `if` is the same line: the branch before it was deleted)
     was = [_ELIF.sub(r"\1if", line) for line in old[head : len(old) - tail]]
     now = [_ELIF.sub(r"\1if", line) for line in new[head : len(new) - tail]]
     removed: set[int] = set()
-    added: set[str] = set()
+    added: list[str] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, now, autojunk=False).get_opcodes():
+        if tag == "equal":  # (a line the edit left in place puts nothing back)
+            continue
         put = [line.strip() for line in now[j1:j2]]
-        added.update(put)
+        added += [_code(line) for line in put]
         if tag == "delete" or (tag == "replace" and all(_nothing(line) for line in put)):
             removed.update(range(head + i1 + 1, head + i2 + 1))
-    return removed, added
+    return removed, "".join(added)
 
 
 def _nothing(line: str) -> bool:
@@ -110,7 +128,9 @@ def _units(
     for function in ast.walk(tree):
         if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
             first, last = _span(function)
-            if first <= high and low <= last:  # (a function the edit removed nothing of is not read)
+            # (a function the edit removed nothing of is not read; one it removed whole is no
+            # behaviour deleted inside a function: an override dropped so the base's applies)
+            if first <= high and low <= last and not _within((first, last), removed):
                 yield from _in_block(function.body, old, removed)
 
 
@@ -208,15 +228,16 @@ def _body_lines(statements: list[ast.stmt]) -> Iterator[int]:
         if any(inner):
             for block in inner:
                 yield from _body_lines(block)
-        else:
+        elif not _does_nothing(statement):
             first, last = _span(statement)
             yield from range(first, last + 1)
 
 
-def _moved(old: list[str], unit: _Unit, added: set[str]) -> bool:
-    """The removed lines all put back elsewhere by the edit (a statement moved, not deleted)."""
-    lines = [line.strip() for line in old[unit[0] - 1 : unit[1]]]
-    return all(line in added for line in lines if not _nothing(line))
+def _moved(old: list[str], unit: _Unit, added: str) -> bool:
+    """The removed code put back elsewhere by the edit, reflowed or commented or not (a statement
+    moved, not deleted)."""
+    code = "".join(_code(line) for line in old[unit[0] - 1 : unit[1]] if not _nothing(line.strip()))
+    return bool(code) and code in added
 
 
 def _revives(statement: ast.stmt, after: list[ast.stmt], removed: set[int]) -> bool:
@@ -225,13 +246,17 @@ def _revives(statement: ast.stmt, after: list[ast.stmt], removed: set[int]) -> b
     return isinstance(statement, _JUMPS) and any(not _within(_span(s), removed) for s in after)
 
 
-def ran_by(coverage: CoverageMap, path: str, passing: Collection[str]) -> dict[int, list[str]]:
-    """For each line of `path`, the `passing` tests that ran it (the coverage's own order)."""
-    lines: dict[int, list[str]] = {}
-    for test in passing:
-        for line in coverage.get(test, {}).get(path, ()):
-            lines.setdefault(line, []).append(test)
-    return lines
+def removed_lines(before: str, after: str) -> set[int]:
+    """The lines of `before` the edit removed with nothing in their place (`deletions` reads only
+    these: most edits have none)."""
+    return _removed(lines_of(before), lines_of(after))[0]
+
+
+def ran_by(
+    index: CoverageIndex, path: str, lines: Collection[int], passing: Collection[str]
+) -> dict[int, list[str]]:
+    """For each of `lines` of `path`, the `passing` tests that ran it (the coverage's own order)."""
+    return {line: [t for t in index.tests_running(path, (line,)) if t in passing] for line in lines}
 
 
 @dataclass
@@ -265,12 +290,15 @@ class DeletedBehaviourStage:
             if change.path in impact.accepted_paths:
                 unseen.append(change.path)
                 continue
-            ran = ran_by(impact.coverage, change.path, passing)
+            checked.append((self.name, change.path))
+            removed = removed_lines(before, after)
+            if not removed:
+                continue
+            ran = ran_by(impact.index(), change.path, removed, passing)
             found += [
                 Diagnostic(self.name, change.path, d.line, CODE, d.message())
                 for d in deletions(before, after, ran)
             ]
-            checked.append((self.name, change.path))
         detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
         if attempt.context.settings.plausibility == "warn" and detail:
             detail = f"warning: {detail}"
