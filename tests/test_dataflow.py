@@ -185,5 +185,9 @@ def test_an_edits_size_counts_the_tokens_it_changed():
     assert size(body, body.replace("x + 1", "abs(x + 1)")) == 3
     assert size(body, body.replace("x + 1", "x")) == 2
     assert size(body, "def f(x):\n    if x == 3:\n        return 4\n    return x + 1\n") == 8  # (`==`: two)
-    module = "".join(f"x{i} = f({i})\n" for i in range(3000))  # both ends rewritten: no diff of 24,000 tokens
-    assert size(module, "import os\n" + module + "y = 1\n") == 6 * 3000 + 5  # (its longer side)
+    module = "".join(f"x{i} = f({i})\n" for i in range(3000))
+    assert size(module, "import os\n" + module + "y = 1\n") == 2 + 3  # (hunk by hunk: two far apart)
+    swapped = module.replace("x10 = f(10)", "x10 = g(10)").replace("x2990 = f(", "x2990 = g(")
+    assert size(module, swapped) == 2
+    rewritten = "".join(f"y{i} = h({i})\n" for i in range(3000))  # one hunk of 18,000 tokens a side
+    assert size(module, rewritten) == 6 * 3000  # (too large to diff: its longer side)

@@ -172,6 +172,7 @@ def judge(
     differs nowhere), `unfinished` when the judge did not get through (it outlived `limit_s`: not
     correct). The judge trusts the fix not to attack it (it runs in the judge's process, sandboxed
     from the machine, not from the verdict): a measurement, not a verification."""
+    from ralph.domain.errors import RalphError
     from ralph.sandboxes import select_sandbox
 
     with tempfile.TemporaryDirectory(prefix="ralph-judge-") as tmp:
@@ -192,6 +193,10 @@ def judge(
         try:
             verdict: dict[str, Any] = json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
+            if run.returncode == 0 and not run.timed_out:  # (a sandbox that writes nothing back)
+                raise RalphError(
+                    f"the judge ran, and its verdict did not come back from {sandbox_name}"
+                ) from None
             verdict = {"hidden": None, "differs": [], "differs_near": []}
     if verdict.get("hidden") is None:
         verdict["hidden"] = f"no verdict (exit {run.returncode}): {run.output[-200:]}"

@@ -135,27 +135,33 @@ def shared_ends(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
-# Beyond this many token pairs an edit is sized by its longer side: a diff of two large texts costs
-# seconds (a whole-module rewrite), and an edit that large is no candidate for "smallest" anyway.
+# Beyond this many token pairs a hunk is sized by its longer side: a token diff of two large texts
+# costs seconds (a whole-module rewrite), and a hunk that large is no candidate for "smallest" anyway.
 _MAX_PAIRS = 250_000
 
 
 def edit_size(changes: Sequence[FileChange]) -> int:
     """How much an edit changes: the tokens (each name or number, and each other character but
-    space) it replaced, removed or added in the lines it touched; a one-token swap is 1, wrapping a
-    value in `abs()` 3. A deleted file counts its every token."""
+    space) it replaced, removed or added, hunk by hunk; a one-token swap is 1, wrapping a value in
+    `abs()` 3, two swaps far apart 2. A deleted file counts its every token."""
     size = 0
     for change in changes:
         old, new = (change.before or "").splitlines(), (change.after or "").splitlines()
         head, tail = shared_ends(old, new)
-        was = _TOKEN.findall("\n".join(old[head : len(old) - tail]))
-        now = _TOKEN.findall("\n".join(new[head : len(new) - tail]))
-        if len(was) * len(now) > _MAX_PAIRS:
-            size += max(len(was), len(now))
-            continue
-        matcher = difflib.SequenceMatcher(None, was, now, autojunk=False)
-        size += sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op != "equal")
+        was, now = old[head : len(old) - tail], new[head : len(new) - tail]
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, now, autojunk=False).get_opcodes():
+            if op != "equal":
+                size += _tokens_changed(
+                    _TOKEN.findall("\n".join(was[i1:i2])), _TOKEN.findall("\n".join(now[j1:j2]))
+                )
     return size
+
+
+def _tokens_changed(was: list[str], now: list[str]) -> int:
+    if len(was) * len(now) > _MAX_PAIRS:
+        return max(len(was), len(now))
+    matcher = difflib.SequenceMatcher(None, was, now, autojunk=False)
+    return sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op != "equal")
 
 
 def edited_lines(before: str, after: str) -> tuple[int, int]:
