@@ -7,7 +7,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ralph.domain.candidate import POLICY_RULES, SEMANTIC_RULES
 from ralph.domain.errors import RalphError
@@ -149,20 +157,13 @@ class RunConfig(BaseModel):
         paths = {command: s.paths for command, s in settings.items() if s.paths is not None}
         return {**data, "checks": list(table), "check_paths": paths}
 
-    @field_validator("allow")
+    @field_validator("allow", "semantic_off")
     @classmethod
-    def _known_rules(cls, value: list[str]) -> list[str]:
-        unknown = [rule for rule in value if rule not in POLICY_RULES]
+    def _known_rules(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        known = POLICY_RULES if info.field_name == "allow" else SEMANTIC_RULES
+        unknown = [rule for rule in value if rule not in known]
         if unknown:
-            raise ValueError(f"unknown rule {unknown[0]!r}: the rules are {', '.join(POLICY_RULES)}")
-        return value
-
-    @field_validator("semantic_off")
-    @classmethod
-    def _known_semantic_rules(cls, value: list[str]) -> list[str]:
-        unknown = [rule for rule in value if rule not in SEMANTIC_RULES]
-        if unknown:
-            raise ValueError(f"unknown rule {unknown[0]!r}: the rules are {', '.join(SEMANTIC_RULES)}")
+            raise ValueError(f"unknown rule {unknown[0]!r}: the rules are {', '.join(known)}")
         return value
 
     @property

@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from ralph.domain.candidate import shared_ends
-from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
+from ralph.domain.results import Diagnostic, StageResult, findings_result
 from ralph.validators.selection import CoverageIndex
 from ralph.validators.stages import Attempt
 
@@ -299,22 +299,12 @@ class DeletedBehaviourStage:
                 Diagnostic(self.name, change.path, d.line, CODE, d.message())
                 for d in deletions(before, after, ran)
             ]
-        detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
-        if attempt.context.settings.plausibility == "warn" and detail:
-            detail = f"warning: {detail}"
-        notes = [detail or "nothing deleted that a passing test ran"]
-        if unseen:
-            notes.append(
-                f"not read: {', '.join(unseen)} (changed by an accepted edit since the coverage was measured)"
-            )
-        if attempt.context.settings.plausibility == "warn":
-            found = []
-        return StageResult(
-            self.name,
-            ok=not found,
-            duration_ms=elapsed_ms(start),
-            detail="; ".join(notes),
-            diagnostics=found,
-            checked=checked,
-            skipped=not checked,
+        why = f"not read: {', '.join(unseen)} (changed by an accepted edit since the coverage was measured)"
+        warn = attempt.context.settings.plausibility == "warn"
+        nothing = "nothing deleted that a passing test ran"
+        notes = [why] if unseen else []
+        result = findings_result(
+            self.name, found, warn=warn, start=start, checked=checked, notes=notes, nothing=nothing
         )
+        result.skipped = not checked
+        return result

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from ralph.domain.candidate import FileChange, edited_lines, shared_ends
-from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
+from ralph.domain.results import Diagnostic, StageResult, elapsed_ms, findings_result
 from ralph.sandboxes.local import Started
 from ralph.validators.dataflow import Edit
 from ralph.validators.toolchain import Toolchain
@@ -128,19 +128,8 @@ class PlausibilityValidator:
                     and not own.excuses(code, message, line)
                 ]
                 found += self._ours(change.path, before, change.after or "")
-            detail = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
             checked = [(self.name, c.path) for c in files]
-            if self.mode == "warn":
-                warned = f"warning: {detail}" if detail else "nothing new"
-                return StageResult(self.name, ok=True, duration_ms=elapsed_ms(start), detail=warned)
-            return StageResult(
-                self.name,
-                ok=not found,
-                duration_ms=elapsed_ms(start),
-                detail=detail or "nothing new",
-                diagnostics=found,
-                checked=checked,
-            )
+            return findings_result(self.name, found, warn=self.mode == "warn", start=start, checked=checked)
 
         return collect
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ralph.domain.candidate import FileChange
-from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
+from ralph.domain.results import Diagnostic, StageResult, findings_result
 from ralph.validators.dataflow import Edit, Function
 
 if TYPE_CHECKING:
@@ -305,18 +305,9 @@ class SpecialCaseStage:
             for c in changes
             for case in special_cases(c.before or "", c.after or "", tests)
         ]
-        detail = "; ".join(f"{d.path}:{d.line}: {d.message}" for d in found)
-        if attempt.context.settings.plausibility == "warn":
-            warned = f"warning: {detail}" if detail else "nothing new"
-            return StageResult(self.name, ok=True, duration_ms=elapsed_ms(start), detail=warned)
-        return StageResult(
-            self.name,
-            ok=not found,
-            duration_ms=elapsed_ms(start),
-            detail=detail or "nothing new",
-            diagnostics=found,
-            checked=[(self.name, c.path) for c in changes],
-        )
+        warn = attempt.context.settings.plausibility == "warn"
+        checked = [(self.name, c.path) for c in changes]
+        return findings_result(self.name, found, warn=warn, start=start, checked=checked)
 
     @staticmethod
     def _changes(attempt: Attempt) -> list[FileChange]:

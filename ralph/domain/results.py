@@ -5,6 +5,7 @@ These go into the trace unchanged."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -154,3 +155,24 @@ class Scope:
     tests: tuple[str, ...] | None = None
     timeout_s: float = 300.0
     test_timeout_s: float | None = None  # one test's limit, when lower than the run's own
+
+
+def findings_result(
+    stage: str,
+    found: list[Diagnostic],
+    *,
+    warn: bool,
+    start: float,
+    checked: list[tuple[str, str]],
+    notes: Sequence[str] = (),
+    nothing: str = "nothing new",
+) -> StageResult:
+    """A semantic stage's verdict on what it found: rejected naming each finding (its diagnostics,
+    which the runner rejects as new), or, with `warn`, accepted with them said in the detail."""
+    said = "; ".join(f"{d.path}:{d.line}: {d.message} ({d.code})" for d in found)
+    detail = "; ".join([f"warning: {said}" if warn and said else said or nothing, *notes])
+    if warn:
+        return StageResult(stage, ok=True, duration_ms=elapsed_ms(start), detail=detail)
+    return StageResult(
+        stage, ok=not found, duration_ms=elapsed_ms(start), detail=detail, diagnostics=found, checked=checked
+    )
