@@ -101,6 +101,8 @@ def test_bench_fix_with_the_example_visible_judges_each_plausible_fix(tmp_path):
     assert summary["judged_by"]["mutation"] == {"plausible": 1, "correct": 1, "overfit": 0}
     bad = run_ralph(*args, "--visible", "hidden")
     assert bad.returncode == 2 and "--visible 'hidden': one of full, example" in bad.stderr
+    projects = run_ralph("bench", "fix", str(tmp_path), "--visible", "example")
+    assert projects.returncode == 2 and "only for a HumanEvalFix-style JSONL file" in projects.stderr
     tasks.write_text(json.dumps({**ROW, "example_test": 5}) + "\n")
     bad = run_ralph(*args, "--visible", "example")
     assert bad.returncode == 2 and "not a HumanEvalFix-style JSONL file" in bad.stderr, bad.stderr

@@ -48,6 +48,8 @@ def test_an_added_comparison_with_the_tests_input_and_its_expected_value_returne
     assert _found(SOLVE, after) == [f"solve now compares `n` with 42, a value of the failing test {TEST}"]
     outright = "def solve(n):\n    return 7\n"
     assert _found(SOLVE, outright) == [f"solve now returns 7, a value of the failing test {TEST}"]
+    guarded = "def solve(n):\n    try:\n        return 7\n    except ValueError:\n        raise\n"
+    assert _found(SOLVE, guarded) == [f"solve now returns 7, a value of the failing test {TEST}"]
     member = SOLVE.replace("    return", "    if n in ('abc', 'xyz'):\n        return n[::-1]\n    return")
     assert _found(SOLVE, member) == [f"solve now compares `n` with 'abc', a value of the failing test {TEST}"]
     reversed_ = SOLVE.replace("    return", "    if 42 == abs(n):\n        pass\n    return")

@@ -152,11 +152,23 @@ def _returned(function: Function) -> list[ast.expr]:
     missing case is added (`if n % 15 == 0: return "FizzBuzz"`, February's 29); a branch that is a
     special case shows in its condition, which `_compared` reads."""
     found = []
-    for statement in function.body:
+    for statement in _unconditional(function.body):
         node = statement.value if isinstance(statement, ast.Expr) else statement
         if isinstance(node, ast.Return | ast.Yield) and node.value is not None and literal_key(node.value):
             found.append(node.value)
     return found
+
+
+def _unconditional(block: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of `block` that run whatever the input: its own, and those in the body of a
+    `with` or a `try` among them (not a branch's, a loop's or a handler's)."""
+    for statement in block:
+        if isinstance(statement, ast.With | ast.AsyncWith):
+            yield from _unconditional(statement.body)
+        elif isinstance(statement, ast.Try):
+            yield from _unconditional(statement.body + statement.finalbody)
+        else:
+            yield statement
 
 
 def _compared(

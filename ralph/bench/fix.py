@@ -269,6 +269,8 @@ def bench_fix(
     """Run every task; write one trace per task under `out/traces`; return the summary."""
     if visible not in VISIBLE:
         raise RalphError(f"--visible {visible!r}: one of {', '.join(VISIBLE)}")
+    if visible != "full" and (mutants or not tasks.is_file()):
+        raise RalphError(f"--visible {visible}: only for a HumanEvalFix-style JSONL file of tasks")
     if mutants:
         progress(f"finding {mutants} single-token mutants of {tasks} its suite catches")
         chosen = mutant_tasks(tasks, mutants, (config or {}).get("python"))
