@@ -1,4 +1,5 @@
-"""The ralph branch in the user's repo: one commit per accepted candidate, on top of the snapshot."""
+"""The ralph branch in the user's repo: one commit per accepted candidate, on top of the snapshot, while
+the run goes; one commit with the whole fix when it ends (`squash`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from ralph.domain.candidate import FileChange
 from ralph.domain.errors import GitError, RalphError, UnsafePath
 from ralph.gitops import (
+    IDENTITY,
     Snapshot,
     commit_changes,
     differing_paths,
@@ -66,6 +68,33 @@ class RalphBranch:
                 ) from None
             raise
         self.tip = commit
+
+    def squash(self, task: str = "") -> str | None:
+        """One commit with the branch's whole change on top of the snapshot (the user's HEAD when the
+        tree was clean), as an object only (`advance` moves the branch): what `git show` and `git
+        merge` of the branch should see. Its message lists the steps. None when nothing was accepted;
+        the tip itself when it is the only commit already."""
+        if self.tip is None:
+            return None
+        toplevel, base = self.snap.toplevel, self.snap.commit
+        steps = run_git(toplevel, "log", "--reverse", "--format=%s", f"{base}..{self.tip}").splitlines()
+        if len(steps) <= 1:
+            return self.tip
+        fixed = sorted(
+            {
+                line[2:]
+                for line in run_git(toplevel, "log", "--format=%b", f"{base}..{self.tip}").splitlines()
+                if line.startswith("- ")
+            }
+        )
+        title = (
+            f"ralph: {task.strip().splitlines()[0][:64]}" if task.strip() else f"ralph: {len(steps)} steps"
+        )
+        body = ["", "Steps:", *(f"- {step.removeprefix('ralph: ')}" for step in steps)]
+        body += ["", "Fixed:", *(f"- {item}" for item in fixed)] if fixed else []
+        tree = run_git(toplevel, "rev-parse", f"{self.tip}^{{tree}}").strip()
+        message = "\n".join([title, *body]) + "\n"
+        return run_git(toplevel, "commit-tree", tree, "-p", base, "-m", message, env=IDENTITY).strip()
 
     def changed_paths(self) -> list[str]:
         """Toplevel-relative paths of the files the branch changed (none before its first commit)."""

@@ -318,7 +318,7 @@ def _print_ending(
     from ralph.view import summary_table
 
     console.print(summary_table(summary))
-    for line in _next_steps(outcome, path, applied_asked):
+    for line in _next_steps(outcome, applied_asked):
         console.print(Text(line), highlight=False)
     if "resume" in summary:
         console.print(Text(f"interrupted; to continue: {summary['resume']}"), highlight=False)
@@ -794,7 +794,7 @@ def main() -> None:
         sys.exit(3)
 
 
-def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
+def _next_steps(outcome: Any, applied_asked: bool) -> list[str]:
     """What happened, in a few lines, and what to run next."""
     from ralph.endings import still_failing, uncommitted, why
 
@@ -814,10 +814,25 @@ def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
     lines += [line.rstrip() for line in stat.splitlines() if line.strip()]
     if outcome.applied:
         lines.append(f"applied to your working tree: {', '.join(outcome.applied)}")
-    lines.append(f"next: git show {outcome.branch}   |   git merge {outcome.branch}")
-    if not outcome.applied and not applied_asked:
-        lines[-1] += f"   |   ralph fix {shlex.quote(str(path))} --apply"
-    return lines
+    return [*lines, _next_commands(outcome, bool(outcome.applied) or applied_asked)]
+
+
+def _next_commands(outcome: Any, applied: bool) -> str:
+    """How to see the fix and take it, in commands that work where the user stands: on a clean tree
+    the branch is one commit on their HEAD (`git merge` fast-forwards); with uncommitted changes it
+    sits on a snapshot of them, so the fix goes in as a patch onto the working tree (which `git apply`
+    refuses whole when a file changed since)."""
+    from ralph.gitops import run_git
+
+    branch, base = outcome.branch, outcome.base_commit
+    toplevel = shlex.quote(str(outcome.toplevel))
+    steps = int(run_git(outcome.toplevel, "rev-list", "--count", f"{base}..{branch}").strip() or 0)
+    show = f"git show {branch}" if steps == 1 else f"git diff {base[:12]} {branch}"
+    if applied:
+        return f"next: {show}"
+    if outcome.head == base:
+        return f"next: {show}   |   git merge {branch}"
+    return f"next: {show}   |   git -C {toplevel} diff {base[:12]} {branch} | git -C {toplevel} apply"
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:

@@ -57,6 +57,7 @@ class FixOutcome:
     notices: list[str] = field(default_factory=list)  # stages that were off for the run, and why
     untracked: tuple[str, ...] = ()  # used by the tests, not committed on the branch
     base_commit: str | None = None  # what the branch starts from (the snapshot)
+    head: str | None = None  # the user's HEAD when the run started (== base_commit: a clean tree)
     toplevel: Path | None = None
     project: Path | None = None  # the user's project directory
     python: str | None = None  # the interpreter the tests ran with
@@ -258,7 +259,11 @@ def fix(
             result = _drive(loop, state, resume)
             result.wall_s = time.monotonic() - began  # the whole run, the baseline included
             applied = _apply(ralph_branch, view) if apply else []
-            _write_end(trace, result, ralph_branch, branch_name, applied, baseline_s)
+            # A finished run's branch: one commit with the whole fix (a resumable one keeps its steps).
+            final = ralph_branch.tip if result.outcome in _RESUMABLE else ralph_branch.squash(config.task)
+            _write_end(trace, result, ralph_branch, branch_name, applied, baseline_s, final)
+            if final is not None and final != ralph_branch.tip:  # first the trace, then the branch
+                ralph_branch.advance(final)
             done = _outcome(run_id, result, ralph_branch, trace_path, applied, apply, verifier.notices)
             return replace(done, python=toolchain.python, baseline_s=baseline_s)
 
@@ -572,6 +577,7 @@ def _outcome(
         notices=notices,
         untracked=tuple(p for p in snap.untracked if p not in ralph_branch.changed_paths()),
         base_commit=snap.commit,
+        head=snap.head,
         toplevel=snap.toplevel,
         project=snap.toplevel / snap.subdir,
     )
@@ -584,6 +590,7 @@ def _write_end(
     branch_name: str,
     applied: list[str],
     baseline_s: float,
+    final: str | None,
 ) -> None:
     trace.write(
         "run_end",
@@ -598,7 +605,7 @@ def _write_end(
         cost_usd=result.cost_usd,
         unpriced_tokens=result.unpriced_tokens,
         branch=branch_name if ralph_branch.tip else None,
-        final_commit=ralph_branch.tip,
+        final_commit=final,
         applied=applied,
         uncommitted_states=list(result.uncommitted),
     )

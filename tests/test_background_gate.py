@@ -138,7 +138,14 @@ def test_states_built_on_one_whose_gate_fails_are_discarded_with_it(make_repo, t
     assert [g["verdict"] for g in gates[1:]] == ["passed", "passed"]
     assert _branch_files(repo, outcome.branch, "f.py") == F_FIXED
     assert _branch_files(repo, outcome.branch, "g.py") == G_FIXED
-    assert git(repo, "rev-list", "--count", f"main..{outcome.branch}").strip() == "2"
+    # Committed, one by one as their gates passed: only those two states (the run's branch then holds
+    # them as one commit, naming both steps).
+    first, second = gates[1]["commit"], gates[2]["commit"]
+    assert git(repo, "rev-parse", f"{first}^").strip() == git(repo, "rev-parse", "main").strip()
+    assert git(repo, "rev-parse", f"{second}^").strip() == first
+    assert git(repo, "rev-list", "--count", f"main..{outcome.branch}").strip() == "1"
+    message = git(repo, "log", "-1", "--format=%B", outcome.branch)
+    assert message.split("Steps:\n", 1)[1].split("\n\n")[0].splitlines() == ["- fix f", "- fix g"]
     stats = run_stats(read_run(outcome.trace))
     assert stats.accepted == 2  # the undone accepts removed nothing
 
