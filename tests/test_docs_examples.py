@@ -153,3 +153,12 @@ def test_the_sandbox_runs_the_tests_and_the_warm_worker_niced_in_the_real_loop(
     outcome = fix(repo, config, view=QuietView(notices=False))
     assert outcome.result.outcome == "goal"  # unniced, test_priority would fail and nothing could fix it
 
+
+def test_the_cli_reference_is_what_the_code_says(monkeypatch):
+    """docs/cli.md is generated: a command, an option or a configuration key changed in the code
+    and not regenerated (`python docs/gen_cli.py`) fails here."""
+    monkeypatch.syspath_prepend(str(PLUGINS.parent))
+    gen_cli = importlib.import_module("gen_cli")
+    written = (PLUGINS.parent / "cli.md").read_text()
+    assert written == gen_cli.render(), "docs/cli.md is stale: run `python docs/gen_cli.py`"
+    assert "## `ralph bench fix`" in written and '- `on_gate_failure` (default `"rollback"`)' in written
