@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +28,7 @@ from ralph.view import QuietView
 from tests.conftest import BUGGY_WINDOWS, git, write_files
 
 PLUGINS = Path(__file__).resolve().parent.parent / "docs" / "plugins"
+TRACE_PAGE = PLUGINS.parent / "trace-format.md"
 # One run of the loop, in line: the plugins are what is under test, not the lanes or the gate.
 IN_LINE = {"background_gate": False, "jobs": 1, "max_iterations": 4}
 
@@ -162,3 +164,39 @@ def test_the_cli_reference_is_what_the_code_says(monkeypatch):
     written = (PLUGINS.parent / "cli.md").read_text()
     assert written == gen_cli.render(), "docs/cli.md is stale: run `python docs/gen_cli.py`"
     assert "## `ralph bench fix`" in written and '- `on_gate_failure` (default `"rollback"`)' in written
+
+
+def documented_fields() -> dict[str, set[str]]:
+    """The fields docs/trace-format.md lists, per record (and for a candidate and a stage): the
+    names in the first column of each section's table."""
+    page = TRACE_PAGE.read_text()
+    fields: dict[str, set[str]] = {}
+    section = ""
+    for line in page.splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+            section = {"A candidate": "candidate", "A stage": "stage"}.get(heading, heading.strip("`"))
+        elif line.startswith("| `"):
+            fields.setdefault(section, set()).update(re.findall(r"`(\w+)`", line.split("|")[1]))
+    return fields
+
+
+def test_every_field_a_real_run_writes_is_on_the_trace_format_page(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    config = RunConfig(drafter="mutation", background_gate=True, jobs=1, max_iterations=4)
+    outcome = fix(repo, config, view=QuietView(notices=False))
+    records = read_trace(outcome.trace)
+    assert {r["type"] for r in records} == {"run_start", "iteration", "gate", "run_end"}
+    documented = documented_fields()
+    written: dict[str, set[str]] = {}
+    for record in records:
+        written.setdefault(record["type"], set()).update(set(record) - {"type", "schema"})
+        for candidate in record.get("candidates", []):
+            written.setdefault("candidate", set()).update(candidate)
+            for stage in candidate["stages"]:
+                written.setdefault("stage", set()).update(stage)
+    missing = {kind: sorted(names - documented.get(kind, set())) for kind, names in written.items()}
+    assert not any(missing.values()), f"written by the run, not on docs/trace-format.md: {missing}"
+    start = records[0]
+    score_prose = TRACE_PAGE.read_text().split("A `score`")[1].split("\n\n")[0]
+    assert set(start["baseline"]["score"]) <= set(re.findall(r"`(\w+)`", score_prose))
