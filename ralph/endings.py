@@ -78,6 +78,6 @@ def why(
         what = f"tried {sum(kinds.values())} edits ({tried}) and " if kinds else ""
         lines.append(
             f"the offline drafter {what}has nothing new to try: give a model with --drafter "
-            "PROVIDER/MODEL or --deep PROVIDER/MODEL (see the README's Drafters)"
+            "PROVIDER/MODEL or --deep PROVIDER/MODEL (see docs/models.md)"
         )
     return lines

@@ -1,9 +1,7 @@
 """The run trace: JSONL records, each written with one write + flush + fsync.
 
-A public format; these names are stable: every record has `type` (run_start, iteration, run_end) and
-`schema`; an iteration has `i`, `drafter`, `remaining_before`, `remaining_after`, `draft_ms`,
-`verify_ms` and `candidates`; run_end has `outcome` (and, when the run failed, `error`: why, on one
-line).
+A public format, its names stable: every record has `type` (run_start, iteration, gate, run_end)
+and `schema`; docs/trace-format.md lists every field of each record.
 """
 
 from __future__ import annotations

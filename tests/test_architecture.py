@@ -82,7 +82,7 @@ def layer_of(module: str) -> int:
     for i, layer in enumerate(LAYERS):
         if any(module == prefix or module.startswith(prefix + ".") for prefix in layer):
             return i
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and README's Layout)")
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and the Layout of docs/development.md)")
 
 
 def imports(module: str, path: Path) -> list[tuple[str, int]]:
