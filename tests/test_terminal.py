@@ -138,6 +138,30 @@ def test_every_command_help_shows_its_defaults():
     assert "default" in fix_help.lower()
 
 
+def piped(*args: str, into: str) -> subprocess.CompletedProcess[str]:
+    """`ralph ARGS | INTO` in a shell, with ralph's exit status (not the reader's)."""
+    script = f'"$@" | {into}; exit "${{PIPESTATUS[0]}}"'
+    command = ["bash", "-c", script, "ralph", sys.executable, "-m", "ralph", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("args, into", [((), "head -1"), (("--json",), "true")])
+def test_a_reader_that_stops_reading_changes_nothing_of_the_run(make_repo, args, into):
+    """`ralph fix | head -1`: the output the reader did not take is dropped, quietly, and the run goes
+    on to its fix, its branch and its exit code as if it had been read to the end."""
+    repo = make_repo(BUGGY_WINDOWS)
+    (repo / "notes.txt").write_text("the user's own work\n")
+    status = git(repo, "status", "--porcelain")
+    proc = piped("fix", str(repo), *args, into=into)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr, proc.stderr
+    if into == "head -1":
+        assert proc.stdout == f"ralph fix {repo}\n"
+    [branch] = git(repo, "branch", "--list", "ralph/*", "--format=%(refname:short)").split()
+    assert "range(len(xs) - k + 1)" in git(repo, "show", f"{branch}:windows.py")
+    assert git(repo, "status", "--porcelain") == status
+
+
 def test_the_summary_is_never_wrapped_or_cut_when_the_output_is_not_a_terminal(make_repo):
     repo = make_repo(BUGGY_WINDOWS, name="a-repository-with-a-long-name-" + "x" * 70)
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
