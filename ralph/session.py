@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -230,7 +231,8 @@ def fix(
     with contextlib.ExitStack() as stack:  # undone in reverse: verifier, sandboxes, trace, files, lock
         tmp = _private_dir(stack)
         trace = stack.enter_context(contextlib.closing(TraceWriter(trace_path)))
-        with _ends_in_trace(trace, start, ralph_branch):  # a crash, too, ends the trace saying why
+        # A crash, too, ends the trace saying why; bad input found in the run names the user's paths.
+        with _ends_in_trace(trace, start, ralph_branch), _in_users_terms(tmp, snap.toplevel):
             workspace = _workspace(tmp, snap, branch_name, resume)
             toolchain = _toolchain(stack, tmp, workspace, snap, config, view)
             start["python"] = toolchain.python
@@ -538,6 +540,25 @@ def _ends_in_trace(trace: TraceWriter, start: dict[str, object], branch: RalphBr
                     "run_end", **why, branch=branch.name if branch.tip else None, final_commit=branch.tip
                 )
         raise
+
+
+@contextlib.contextmanager
+def _in_users_terms(tmp: Path, toplevel: Path) -> Iterator[None]:
+    """Bad input found during the run (a suite that cannot run, a tool's error) speaks of the user's
+    repository: the paths of ralph's copies of it (the workspace, a lane's, the gate's) in its
+    message are made the repository's own."""
+    try:
+        yield
+    except RalphError as exc:
+        exc.args = tuple(users_paths(a, tmp, toplevel) if isinstance(a, str) else a for a in exc.args)
+        raise
+
+
+def users_paths(text: str, tmp: Path, toplevel: Path) -> str:
+    """`text` with every path into a copy of the repository under `tmp` made one into `toplevel`."""
+    roots = "|".join(re.escape(str(p)) for p in dict.fromkeys([tmp, tmp.resolve()]))
+    copies = rf"(?:{roots})/(?:ws|gate|lane\d+)(?:\.accepted)?(?![\w.-])"
+    return re.sub(copies, lambda _: str(toplevel), text)
 
 
 def _apply(ralph_branch: RalphBranch, view: View) -> list[str]:

@@ -26,9 +26,21 @@ def test_missing_directory(tmp_path):
     assert_one_line_error(run_ralph("fix", str(tmp_path / "nope")), "no such directory")
 
 
-def test_no_tests_found(make_repo):
-    repo = make_repo({"lib.py": "X = 1\n"})
-    assert_one_line_error(run_ralph("fix", str(repo)), "no tests found")
+def test_no_tests_found_names_the_users_directory(make_repo):
+    repo = make_repo({"lib.py": "X = 1\n", "sub/lib.py": "Y = 2\n"})
+    proc = run_ralph("fix", str(repo))
+    assert_one_line_error(proc, f"no tests found in {repo} ")
+    assert " ws " not in proc.stderr and "ralph-" not in proc.stderr  # never ralph's own copy
+    assert_one_line_error(run_ralph("fix", str(repo / "sub")), f"no tests found in {repo / 'sub'} ")
+    empty = make_repo({}, name="empty", commit=False)  # a repository with no commit yet
+    assert_one_line_error(run_ralph("fix", str(empty)), f"no tests found in {empty} ")
+
+
+def test_a_suite_that_cannot_start_names_the_users_files(make_repo):
+    repo = make_repo({**BUGGY_WINDOWS, "tests/conftest.py": "import nonexistent_module_xyz\n"})
+    proc = run_ralph("fix", str(repo))
+    assert_one_line_error(proc, "could not run", f"{repo}/tests/conftest.py", "nonexistent_module_xyz")
+    assert "/ws/" not in proc.stderr and "/tmp/ralph-" not in proc.stderr
 
 
 def test_unknown_drafter(make_repo):

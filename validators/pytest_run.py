@@ -204,7 +204,10 @@ class PytestValidator:
         finally:
             self.trusted = trusted
         if result.detail == "no tests collected":
-            raise RalphError(f"no tests found in {self.toolchain.project.name} (pytest collected nothing)")
+            raise RalphError(
+                f"no tests found in {self.toolchain.user_project} (pytest collected nothing; ralph judges "
+                "a fix by the project's tests: add some, e.g. tests/test_*.py)"
+            )
         if result.error is not None:
             raise RalphError(f"the test suite could not run at baseline: {result.error.splitlines()[0]}")
         return result
