@@ -56,7 +56,7 @@ def run_git_bytes(
         message = [line for line in proc.stderr.decode(errors="replace").strip().splitlines() if line.strip()]
         # git's first line says what failed (a lock file, say), its last what to do.
         said = " ".join(dict.fromkeys([message[0], message[-1]])) if message else str(proc.returncode)
-        raise GitError(f"git {args[0]} failed: {said}")
+        raise GitError(f"git {args[0]} failed: {said}", tuple(message))
     return proc.stdout
 
 
