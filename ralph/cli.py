@@ -313,6 +313,8 @@ def _run_session(
 
 def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
     """The run's summary: the `--json` object, and the rows of the ending table."""
+    from ralph.endings import failing
+
     result = outcome.result
     summary = {
         "outcome": result.outcome,
@@ -320,6 +322,7 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
         "accepted": result.accepted,
         "remaining_at_start": result.remaining_at_start,
         "remaining": result.remaining,
+        "still_failing": failing(result.final),
         "branch": outcome.branch,
         "final_commit": outcome.final_commit,
         "trace": str(outcome.trace),

@@ -30,6 +30,19 @@ def still_failing(score: Score, shown: int = 5) -> str | None:
     return "still failing: " + ", ".join(items[:shown]) + more
 
 
+def failing(score: Score | None) -> dict[str, list[str]]:
+    """What still fails, by kind, every item (`--json`'s `still_failing`; `still_failing` says it in a
+    line): target tests, regressed tests, checks, new diagnostics, files with a syntax error."""
+    score = score or Score()
+    return {
+        "tests": list(score.failing_targets),
+        "regressed": list(score.regressions),
+        "checks": list(score.failing_checks),
+        "diagnostics": list(score.new_diagnostics),
+        "syntax_errors": list(score.syntax_errors),
+    }
+
+
 def uncommitted(states: Sequence[int]) -> str | None:
     """One line: the states the run ended on that are not on the branch (kept though their gate
     found regressions that no later state's passed gate took in)."""

@@ -46,6 +46,23 @@ def test_a_stalled_offline_run_suggests_a_model_and_counts_the_baseline_in_its_t
     assert 0 < data["baseline_s"] <= data["wall_s"]
 
 
+def test_json_names_what_still_fails(make_repo):
+    repo = make_repo(UNFIXABLE)
+    proc = run_ralph("fix", str(repo), "--json", "--max-iterations", "1", "--check", "test -f NOTES")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["remaining"] == 2
+    assert data["still_failing"] == {
+        "tests": ["tests/test_calc.py::test_add"],
+        "regressed": [],
+        "checks": ["test -f NOTES"],
+        "diagnostics": [],
+        "syntax_errors": [],
+    }
+    fixed = json.loads(run_ralph("fix", str(make_repo(BUGGY_WINDOWS, name="fixable")), "--json").stdout)
+    assert fixed["outcome"] == "goal" and not any(fixed["still_failing"].values())
+
+
 class Recorder:
     def __init__(self) -> None:
         self.lines: list[str] = []
