@@ -96,8 +96,10 @@ def summary_table(summary: dict[str, Any]) -> Table:
 def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
     """`ralph report`: one table of runs, one of drafters (r, cycle time, what it predicts)."""
     runs = Table(title="Runs")
+    runs.add_column("run")
+    runs.add_column("repo")
+    runs.add_column("task", max_width=40, overflow="fold")  # a long task wraps, never cut
     for column in (
-        "run",
         "drafters",
         "outcome",
         "iters",
@@ -114,6 +116,8 @@ def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
         green = "—" if r["time_to_green_s"] is None else f"{r['time_to_green_s']:.1f}s"
         runs.add_row(
             r["run_id"],
+            Text(plain(r.get("repo", ""))),
+            Text(plain(r.get("task", "")) or "—"),
             "+".join(r["drafters"]),
             r["outcome"],
             str(r["iterations"]),
