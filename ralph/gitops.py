@@ -245,6 +245,11 @@ def set_branch(toplevel: Path, branch: str, commit: str, old: str | None) -> Non
     run_git(toplevel, "update-ref", "-m", "ralph", f"refs/heads/{branch}", commit, expected)
 
 
+def delete_branch(toplevel: Path, branch: str, tip: str) -> None:
+    """Delete `branch`, only if it still points at `tip` (nothing moved it since)."""
+    run_git(toplevel, "update-ref", "-m", "ralph", "-d", f"refs/heads/{branch}", tip)
+
+
 def exclude_ralph_dir(toplevel: Path) -> None:
     """Keep `.ralph/` out of `git status` through .git/info/exclude (never through a tracked file)."""
     exclude = Path(run_git(toplevel, "rev-parse", "--git-path", "info/exclude").strip())
