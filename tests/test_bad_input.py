@@ -77,6 +77,37 @@ def test_suite_that_cannot_be_collected(make_repo):
     assert "Traceback" not in proc.stderr
 
 
+LIB = {"lib.py": "def f():\n    return 1\n"}
+TEST_F = "from lib import f\n\n\ndef test_f():\n    assert f() == 1\n"
+
+
+@pytest.mark.parametrize(
+    "files, named",
+    [
+        (
+            {"tests/test_f.py": "from lib import f\n\ndef test_f(:\n    assert f() == 1\n"},
+            "tests/test_f.py:3",
+        ),
+        ({"tests/test_f.py": TEST_F, "tests/conftest.py": "import os\nx = (\n"}, "tests/conftest.py:2"),
+    ],
+)
+def test_a_test_file_that_does_not_parse_at_the_baseline_is_bad_input(make_repo, files, named):
+    """Tests are protected: no candidate could fix one that does not parse, so the run never starts."""
+    repo = make_repo({**LIB, **files})
+    status = git(repo, "status", "--porcelain")
+    proc = run_ralph("fix", str(repo))
+    assert_one_line_error(proc, f"{repo}/{named}: SyntaxError", "ralph edits no tests", "--allow-test-edits")
+    assert git(repo, "branch", "--list", "ralph/*") == ""
+    assert git(repo, "status", "--porcelain") == status
+
+
+def test_a_source_file_that_does_not_parse_is_the_loops_to_fix(make_repo):
+    repo = make_repo({"lib.py": "def f():\n    return 1 +\n", "tests/test_f.py": TEST_F})
+    proc = run_ralph("fix", str(repo), "--max-iterations", "1")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_bad_input_leaves_the_repository_untouched(make_repo):
     repo = make_repo(BUGGY_WINDOWS)
     status = git(repo, "status", "--porcelain")
