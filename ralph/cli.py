@@ -827,7 +827,7 @@ def main() -> None:
 
 def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
     """What happened, in a few lines, and what to run next."""
-    from ralph.endings import still_failing, uncommitted, why
+    from ralph.endings import budget_spent, still_failing, uncommitted, why
 
     result = outcome.result
     if result.outcome == "goal" and result.remaining_at_start == 0:
@@ -837,6 +837,7 @@ def _next_steps(outcome: Any, path: Path, applied_asked: bool) -> list[str]:
         lines += [line for line in [still_failing(result.final)] if line] if result.final else []
         lines += [line for line in [uncommitted(result.uncommitted)] if line]
         lines += why(result.outcome, result.state, outcome.project, outcome.python, result.history)
+        lines += budget_spent(result)
     if not outcome.branch or outcome.toplevel is None or outcome.base_commit is None:
         return lines
     from ralph.gitops import run_git

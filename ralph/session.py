@@ -231,7 +231,6 @@ def fix(
     with contextlib.ExitStack() as stack:  # undone in reverse: verifier, sandboxes, trace, files, lock
         tmp = _private_dir(stack)
         trace = stack.enter_context(contextlib.closing(TraceWriter(trace_path)))
-        # A crash, too, ends the trace saying why; bad input found in the run names the user's paths.
         with _ends_in_trace(trace, start, ralph_branch), _in_users_terms(tmp, snap.toplevel):
             workspace = _workspace(tmp, snap, branch_name, resume)
             toolchain = _toolchain(stack, tmp, workspace, snap, config, view)

@@ -57,6 +57,8 @@ class RichView:
         candidates = record["candidates"]
         last = candidates[-1] if candidates else None
         verdict = "nothing to try" if last is None else f"{last['verdict']}: {last['reason']}"
+        if record["accepted"] and "state" in record:  # its gate runs beside the loop: not yet true
+            verdict = verdict.replace("accepted", "accepted, gate pending", 1)
         style = "green" if record["accepted"] else "dim"
         line = Text.assemble(
             (f"#{record['i']}", "bold"),
