@@ -188,7 +188,8 @@ def fix(
         bool, typer.Option("--json", metavar="", help="Print a JSON summary instead of tables.")
     ] = False,
     resume: Annotated[
-        str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
+        str | None,
+        typer.Option(help="Continue a killed or interrupted run: its run id, or its --trace file."),
     ] = None,
     no_sandbox: _NoSandbox = False,
     isolation: _Isolation = None,
@@ -337,8 +338,9 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
         "untracked_not_committed": list(outcome.untracked),
         "uncommitted_states": list(result.uncommitted),
     }
-    if result.outcome == "interrupted" and outcome.trace.parent.name == outcome.run_id:  # resumable
-        summary["resume"] = f"ralph fix {shlex.quote(str(path))} --resume {outcome.run_id}"
+    if result.outcome == "interrupted":  # by its id, or by its trace file where --trace put it elsewhere
+        run = outcome.run_id if outcome.trace.parent.name == outcome.run_id else str(outcome.trace)
+        summary["resume"] = f"ralph fix {shlex.quote(str(path))} --resume {shlex.quote(run)}"
     return summary
 
 

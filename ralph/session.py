@@ -122,19 +122,24 @@ class Resume:
 _RESUMABLE = frozenset({"interrupted", "error"})
 
 
-def load_resume(path: Path, run_id: str) -> Resume:
-    """The state of run `run_id` of the repository at `path`; a torn last record is cut off first."""
+def load_resume(path: Path, run: str) -> Resume:
+    """The state of a run of the repository at `path`, by its id (its trace in .ralph/runs) or by its
+    trace file (one written with --trace); a torn last record is cut off first."""
     toplevel, subdir = open_repo(path)
-    trace = toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
+    given = Path(run).is_file()
+    trace = Path(run) if given else toplevel / ".ralph" / "runs" / run / "trace.jsonl"
     if not trace.is_file():
-        raise RalphError(f"--resume {run_id}: no trace at {trace}")
+        raise RalphError(f"--resume {run}: no such run id (no trace at {trace}) or trace file")
     data = trace.read_bytes()
     if data and not data.endswith(b"\n"):  # a crash mid-write: drop the torn record
         trace.write_bytes(data[: data.rfind(b"\n") + 1])
     records = read_trace(trace)
     start = next((r for r in records if r["type"] == "run_start" and "baseline" in r), None)
     if start is None or "stages" not in (start.get("baseline") or {}):
-        raise RalphError(f"--resume {run_id}: the trace has no finished baseline to resume from")
+        raise RalphError(f"--resume {run}: the trace has no finished baseline to resume from")
+    if given and start.get("repo") != str(toplevel):  # (a run's own folder is in its repository)
+        raise RalphError(f"--resume {run}: that run is of another repository ({start.get('repo')})")
+    run_id = str(start["run_id"])
     last_start = max(i for i, r in enumerate(records) if r["type"] == "run_start")
     ended = [r for r in records[last_start:] if r["type"] == "run_end"]
     if ended and ended[-1].get("outcome") not in _RESUMABLE:
