@@ -38,6 +38,19 @@ def ci_branch(repo: Path) -> str:
     return f"ralph/ci-{head}"
 
 
+def _check_remote(repo: Path, remote: str) -> None:
+    """A remote the repository does not have (a URL or a path is not one: git pushes there) is bad
+    input, said before any work."""
+    remotes = run_git(repo, "remote").split()
+    if remote in remotes or "/" in remote or ":" in remote:
+        return
+    has = f"its remotes: {', '.join(remotes)}" if remotes else "it has none"
+    raise RalphError(
+        f"no remote {remote!r} in {repo} ({has}): ralph ci pushes the fix branch there; add it with "
+        f"`git remote add {remote} URL`, or name another with --remote"
+    )
+
+
 def _remote_has(repo: Path, remote: str, branch: str) -> bool:
     return bool(run_git(repo, "ls-remote", "--heads", remote, f"refs/heads/{branch}").strip())
 
@@ -51,10 +64,12 @@ def run_ci(
     toplevel, _ = open_repo(repo)
     github = _github_target(toplevel, remote) if pr else None  # bad input fails before any work
     branch = ci_branch(toplevel)
+    _check_remote(toplevel, remote)
     try:
         already = _remote_has(toplevel, remote, branch)
     except GitError as exc:
-        raise RalphError(f"remote {remote!r} is not reachable: {exc}") from None
+        why = exc.said[0].removeprefix("fatal: ") if exc.said else str(exc)
+        raise RalphError(f"remote {remote!r} is not reachable: {why}") from None
     if already:
         summary = f"## ralph\n\nA fix for this commit is already on branch `{branch}`; nothing to do.\n"
         return CiResult(0, summary, branch, pushed=False)

@@ -8,7 +8,7 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -30,13 +30,41 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     no_args_is_help=True,
 )
-err = Console(stderr=True, soft_wrap=True)
+
+
+def _reader_gone(stream: IO[str]) -> None:
+    """`stream`'s reader went away (`ralph fix | head -1`): point it at /dev/null, so that what is
+    printed later, or still buffered when Python exits, is dropped instead of failing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+class _Output(Console):
+    """A console whose reader may stop reading: the rest of the output is dropped and the command
+    goes on to its end and its own exit code (rich's default exits 1 at once, which stopped a run
+    half way and made a fix that had succeeded a silent failure)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _reader_gone(self.file)
+
+
+def _out(text: str, end: str = "\n") -> None:
+    """`print` to standard output, which a reader that stopped reading does not turn into a failure."""
+    try:
+        print(text, end=end, flush=True)
+    except BrokenPipeError:
+        _reader_gone(sys.stdout)
+
+
+err = _Output(stderr=True, soft_wrap=True)
 
 
 def _stdout() -> Console:
     """Standard output: tables fit a terminal's width; to a file or a pipe, nothing is wrapped or
     cut (unless $COLUMNS says how wide)."""
-    console = Console(soft_wrap=True)
+    console = _Output(soft_wrap=True)
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = 1000
     return console
@@ -47,9 +75,9 @@ def _version(value: bool) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            print(f"ralph {version('ralph-loop')}")
+            _out(f"ralph {version('ralph-loop')}")
         except PackageNotFoundError:
-            print("ralph (not installed)")
+            _out("ralph (not installed)")
         raise typer.Exit(0)
 
 
@@ -160,7 +188,8 @@ def fix(
         bool, typer.Option("--json", metavar="", help="Print a JSON summary instead of tables.")
     ] = False,
     resume: Annotated[
-        str | None, typer.Option(help="Continue a killed or interrupted run (its run id).")
+        str | None,
+        typer.Option(help="Continue a killed or interrupted run: its run id, or its --trace file."),
     ] = None,
     no_sandbox: _NoSandbox = False,
     isolation: _Isolation = None,
@@ -231,7 +260,7 @@ def _run_fix(
         raise
     summary = _fix_summary(outcome, path)
     if as_json:
-        print(json.dumps(summary))
+        _out(json.dumps(summary))
     else:
         _print_ending(console, summary, outcome, path, apply)
     raise typer.Exit(outcome.exit_code)
@@ -285,6 +314,8 @@ def _run_session(
 
 def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
     """The run's summary: the `--json` object, and the rows of the ending table."""
+    from ralph.endings import failing
+
     result = outcome.result
     summary = {
         "outcome": result.outcome,
@@ -292,6 +323,7 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
         "accepted": result.accepted,
         "remaining_at_start": result.remaining_at_start,
         "remaining": result.remaining,
+        "still_failing": failing(result.final),
         "branch": outcome.branch,
         "final_commit": outcome.final_commit,
         "trace": str(outcome.trace),
@@ -306,8 +338,9 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
         "untracked_not_committed": list(outcome.untracked),
         "uncommitted_states": list(result.uncommitted),
     }
-    if result.outcome == "interrupted" and outcome.trace.parent.name == outcome.run_id:  # resumable
-        summary["resume"] = f"ralph fix {shlex.quote(str(path))} --resume {outcome.run_id}"
+    if result.outcome == "interrupted":  # by its id, or by its trace file where --trace put it elsewhere
+        run = outcome.run_id if outcome.trace.parent.name == outcome.run_id else str(outcome.trace)
+        summary["resume"] = f"ralph fix {shlex.quote(str(path))} --resume {shlex.quote(run)}"
     return summary
 
 
@@ -364,7 +397,7 @@ def ci(
         "sandbox": False if no_sandbox else None,
     }
     result = run_ci(path, load_config(path, overrides), view=QuietView(), remote=remote, pr=pr)
-    print(result.summary)
+    _out(result.summary)
     if summary_file := os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(summary_file, "a", encoding="utf-8") as f:
             f.write(result.summary)
@@ -407,7 +440,7 @@ def doctor(
     facts = diagnose(path, load_config(path, {}))
     found = problems(facts)
     if as_json:
-        print(json.dumps({**facts, "problems": [{"problem": p, "fix": f} for p, f in found]}))
+        _out(json.dumps({**facts, "problems": [{"problem": p, "fix": f} for p, f in found]}))
         return
     table = Table(title="ralph doctor", show_header=False)
     for key, value in rows(facts):
@@ -455,7 +488,7 @@ def report(
 
         plot_runs(loaded, plot)
     if as_json:
-        print(json.dumps(data))
+        _out(json.dumps(data))
         return
     console = _stdout()
     if plot:
@@ -483,7 +516,7 @@ def clean(
     from ralph.clean import clean as clean_branches
 
     for line in clean_branches(path, older_than_days=older_than, force=force, dry_run=dry_run):
-        print(line)
+        _out(line)
 
 
 bench = typer.Typer(
@@ -522,7 +555,7 @@ def bench_verify_command(
     """Per-candidate verification time against a naive full run (and pytest-testmon), and recall."""
     from ralph.bench.verify import bench_verify
 
-    console = Console(stderr=True, soft_wrap=True)
+    console = _Output(stderr=True, soft_wrap=True)
     result = bench_verify(
         repo,
         mutants=mutants,
@@ -541,7 +574,7 @@ def bench_verify_command(
             parts.add_row(part, f"{figures['median_ms']:.1f}", f"{100 * figures['share']:.1f}%")
         console.print(parts)
     if as_json:
-        print(json.dumps(summary))
+        _out(json.dumps(summary))
         return
     table = Table(title=f"ralph bench verify {repo}", show_header=False)
     for key, value in summary.items():
@@ -571,7 +604,7 @@ def bench_gate_command(
         counts = [int(w) for w in workers.split(",")]
     except ValueError:
         raise RalphError(f"--workers {workers}: worker counts such as 0,1,2") from None
-    console = Console(stderr=True, soft_wrap=True)
+    console = _Output(stderr=True, soft_wrap=True)
     result = bench_gate(
         repo,
         workers=counts,
@@ -582,7 +615,7 @@ def bench_gate_command(
     )
     summary = result.summary()
     if as_json:
-        print(json.dumps(summary))
+        _out(json.dumps(summary))
         return
     title = (
         f"ralph bench gate {repo}: {summary['tests']} tests, {summary['cores']} cores, {summary['sandbox']}"
@@ -609,7 +642,7 @@ def bench_drafter_command(
 
     rows = bench_drafter(model, device=device)
     if as_json:
-        print(json.dumps(rows))
+        _out(json.dumps(rows))
         return
     table = Table(title=f"ralph bench drafter {model}")
     for column in ("setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"):
@@ -676,7 +709,7 @@ def bench_fix_command(
     from ralph.bench.fix import bench_fix
     from ralph.config import check_config, read_toml
 
-    console = Console(stderr=True, soft_wrap=True)
+    console = _Output(stderr=True, soft_wrap=True)
     config = read_toml(settings) if settings is not None else {}
     config |= {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
     given = {"python": python, "background_gate": background_gate, "on_gate_failure": on_gate_failure}
@@ -693,7 +726,7 @@ def bench_fix_command(
         visible=visible,
     )
     if as_json:
-        print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
+        _out(json.dumps({k: v for k, v in summary.items() if k != "results"}))
         return
     table = Table(title=f"ralph bench fix {tasks}", show_header=False)
     for key in _BENCH_FIX_ROWS:
@@ -721,13 +754,13 @@ def bench_priors_command(
     data = learn_priors(trace_files(traces))
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     if out is None:
-        print(text, end="")
+        _out(text, end="")
         return
     try:
         out.write_text(text)
     except OSError as exc:
         raise RalphError(f"{out}: cannot write it ({exc.strerror or exc})") from None
-    Console(stderr=True).print(f"{len(data['templates'])} templates from {data['traces']} traces -> {out}")
+    _Output(stderr=True).print(f"{len(data['templates'])} templates from {data['traces']} traces -> {out}")
 
 
 @app.command()
@@ -735,7 +768,7 @@ def version() -> None:
     """Print ralph's version."""
     from importlib.metadata import version as dist_version
 
-    print(dist_version("ralph-loop"))
+    _out(dist_version("ralph-loop"))
 
 
 class _NoHelpMetavar:
@@ -796,7 +829,7 @@ def main() -> None:
 
 def _next_steps(outcome: Any, applied_asked: bool) -> list[str]:
     """What happened, in a few lines, and what to run next."""
-    from ralph.endings import still_failing, uncommitted, why
+    from ralph.endings import budget_spent, still_failing, uncommitted, why
 
     result = outcome.result
     if result.outcome == "goal" and result.remaining_at_start == 0:
@@ -806,6 +839,7 @@ def _next_steps(outcome: Any, applied_asked: bool) -> list[str]:
         lines += [line for line in [still_failing(result.final)] if line] if result.final else []
         lines += [line for line in [uncommitted(result.uncommitted)] if line]
         lines += why(result.outcome, result.state, outcome.project, outcome.python, result.history)
+        lines += budget_spent(result)
     if not outcome.branch or outcome.toplevel is None or outcome.base_commit is None:
         return lines
     from ralph.gitops import run_git

@@ -56,7 +56,7 @@ def run_git_bytes(
         message = [line for line in proc.stderr.decode(errors="replace").strip().splitlines() if line.strip()]
         # git's first line says what failed (a lock file, say), its last what to do.
         said = " ".join(dict.fromkeys([message[0], message[-1]])) if message else str(proc.returncode)
-        raise GitError(f"git {args[0]} failed: {said}")
+        raise GitError(f"git {args[0]} failed: {said}", tuple(message))
     return proc.stdout
 
 
@@ -243,6 +243,11 @@ def set_branch(toplevel: Path, branch: str, commit: str, old: str | None) -> Non
     """Point `branch` at `commit`, only if it still points at `old` (None: must not exist yet)."""
     expected = old or "0" * 40
     run_git(toplevel, "update-ref", "-m", "ralph", f"refs/heads/{branch}", commit, expected)
+
+
+def delete_branch(toplevel: Path, branch: str, tip: str) -> None:
+    """Delete `branch`, only if it still points at `tip` (nothing moved it since)."""
+    run_git(toplevel, "update-ref", "-m", "ralph", "-d", f"refs/heads/{branch}", tip)
 
 
 def exclude_ralph_dir(toplevel: Path) -> None:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ralph.domain.errors import RalphError
 from ralph.report import RunStats, run_stats
-from ralph.trace_reader import Run, TracedStart
+from ralph.trace_reader import Run
 
 
 def plot_runs(runs: Sequence[Run], output: Path) -> None:
-    """Write a PNG with one line per run, labelled with its drafters."""
+    """Write a PNG with one line per run, labelled with its repository, task and drafters."""
     try:
         import matplotlib
 
@@ -19,19 +20,30 @@ def plot_runs(runs: Sequence[Run], output: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise RalphError("--plot needs matplotlib: pip install 'ralph-loop[plot]'") from None
+    fig = figure(runs)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, format="png", dpi=110)
+    plt.close(fig)
+
+
+def figure(runs: Sequence[Run]) -> Any:
+    """The two plots side by side, and below them, outside both, the legend: a line per run (inside
+    an axes, the legend covered the lines it names)."""
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2))
+    plotted = [run for run in runs if run.iterations]
+    columns = 1 if len(plotted) <= 8 else 2
+    rows = -(-len(plotted) // columns)
+    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2 + 0.22 * rows), layout="constrained")
     markers = "os^vD<>ph*"
-    for n, run in enumerate(runs):
-        if not run.iterations:
-            continue
+    for n, run in enumerate(plotted):
         steps, times = run.steps, run.times  # what was gated: a provisional accept is no progress
         # Runs that overlap stay apart: a marker each, and a small vertical offset.
         lift = 0.04 * (n % 5)
         style = {
             "where": "post",
-            "label": run_label(run, run_stats(run)),
+            "label": run_label(run_stats(run)),
             "marker": markers[n % len(markers)],
         }
         by_step.step(range(len(steps)), [v + lift for v in steps], markersize=4, **style)
@@ -42,19 +54,14 @@ def plot_runs(runs: Sequence[Run], output: Path) -> None:
     )
     for axis in (by_step.xaxis, by_step.yaxis, by_time.yaxis):
         axis.set_major_locator(MaxNLocator(integer=True))  # iterations and errors are counts
-    by_step.legend(fontsize="small")
-    fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, format="png", dpi=110)
-    plt.close(fig)
+    if plotted:
+        fig.legend(
+            *by_step.get_legend_handles_labels(), loc="outside lower center", ncols=columns, fontsize="small"
+        )
+    return fig
 
 
-def run_label(run: Run, stats: RunStats) -> str:
-    """A run as a reader knows it: its project and task, its drafters, then its id."""
-    start = run.start or TracedStart()
-    project = Path(start.repo or "?").name
-    if start.project is not None:
-        project += f"/{start.project}"
-    task = start.task.strip()
-    task = f" · {task[:30]}{'...' if len(task) > 30 else ''}" if task else ""
-    return f"{project}{task} · {'+'.join(stats.drafters)} ({stats.run_id})"
+def run_label(stats: RunStats) -> str:
+    """A run as a reader knows it: its repository and task, its drafters, then its id."""
+    task = f" · {stats.task[:30]}{'...' if len(stats.task) > 30 else ''}" if stats.task else ""
+    return f"{stats.repo}{task} · {'+'.join(stats.drafters)} ({stats.run_id})"

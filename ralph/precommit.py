@@ -4,23 +4,29 @@
 syntax, ruff, and the test modules that import them. `--fix` (hook `ralph-fix`) runs a bounded loop
 that may edit only those files, starting from what is staged, and writes a fix into the working tree,
 which fails the commit so the user can look and re-stage (pre-commit's convention). A file with
-unstaged changes is never written.
+unstaged changes is never written. The run's `ralph/<run-id>` branch goes once the working tree holds
+all it holds (a hook runs at every commit: it would leave a branch each time); it stays, and is
+named, only when it holds a fix that was not written.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected
 from ralph.domain.results import Scope
-from ralph.gitops import open_repo
+from ralph.gitops import delete_branch, differing_paths, open_repo
 from ralph.sandboxes.local import LocalSandbox
 from ralph.validators.pytest_run import PytestValidator
 from ralph.validators.ruff import RuffValidator
 from ralph.validators.selection import ImportGraph, project_sources, select_tests
 from ralph.validators.syntax import SyntaxValidator
 from ralph.validators.toolchain import Toolchain, find_python
+
+if TYPE_CHECKING:
+    from ralph.session import FixOutcome
 
 
 def _python_files(root: Path, files: list[str]) -> list[str]:
@@ -74,10 +80,8 @@ def fix(repo: Path, files: list[str], max_iterations: int = 5, max_seconds: floa
     config = load_config(root, {"tests": tests, "max_iterations": max_iterations, "max_seconds": max_seconds})
     outcome = run_fix(root, config, view=QuietView(), staged=True, only=files, apply=True)
     if outcome.applied:
-        print(
-            f"ralph: fixed {', '.join(outcome.applied)} (branch {outcome.branch}); review and re-stage",
-            file=sys.stderr,
-        )
+        rest = _drop_branch(outcome)
+        print(f"ralph: fixed {', '.join(outcome.applied)}{rest}; review and re-stage", file=sys.stderr)
         return 1
     if outcome.apply_refused:
         print(
@@ -92,3 +96,16 @@ def fix(repo: Path, files: list[str], max_iterations: int = 5, max_seconds: floa
         file=sys.stderr,
     )
     return 1
+
+
+def _drop_branch(outcome: FixOutcome) -> str:
+    """The fix is in the working tree: the run's branch, holding nothing more, is deleted. One that
+    holds more than was written (a path git ignores) stays: what to add to the line that says so."""
+    toplevel, branch, tip = outcome.toplevel, outcome.branch, outcome.final_commit
+    if toplevel is None or branch is None or tip is None or outcome.base_commit is None:
+        return ""
+    left = sorted(set(differing_paths(toplevel, outcome.base_commit, tip)) - set(outcome.applied))
+    if left:
+        return f" (not written, on branch {branch}: {', '.join(left)})"
+    delete_branch(toplevel, branch, tip)
+    return ""

@@ -171,12 +171,7 @@ class Gatekeeper:
             memory.rejections.reject(entry.candidate, report, entry.parent)  # never verified again
         result.remaining = self.score(state).remaining
         self._record(outcome, entry, start, self.branch.tip, [s.state for s in undone[1:]])
-        if outcome.verdict == "rejected":
-            self.view.notice(
-                f"iteration {entry.state}'s edit failed its background gate and is undone"
-                + (f" with {len(undone) - 1} built on it" if len(undone) > 1 else "")
-                + f": {report.reason if report else outcome.verdict}"
-            )
+        self.view.notice(_undone(outcome, entry, len(undone) - 1))
         return state
 
     def _keep(
@@ -241,6 +236,17 @@ class Gatekeeper:
         if carried:
             record["kept_states"] = carried
         self.trace.write("gate", **record)
+
+
+def _undone(outcome: GateOutcome, entry: Provisional, built_on: int) -> str:
+    """What the line of a state the loop accepted, its gate pending, became: undone, and why."""
+    which = f"iteration {entry.state}'s edit" + (f" (with {built_on} built on it)" if built_on else "")
+    if outcome.verdict == "rejected":
+        reason = outcome.report.reason if outcome.report is not None else outcome.verdict
+        return f"{which} failed its background gate and is undone: {reason}"
+    if outcome.verdict == "cancelled":
+        return f"{which} is not committed: the run stopped before its background gate finished"
+    return f"{which} is undone: its background gate gave no verdict ({outcome.verdict})"
 
 
 def _with_kept(message: str, kept: list[Provisional]) -> str:

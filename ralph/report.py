@@ -42,6 +42,8 @@ class RunStats:
     baseline_s: float = 0.0  # verifying the starting state (part of wall_s since run_end records it)
     gate_s: float = 0.0  # background gates: beside the loop, so not part of the other shares
     gate_wait_s: float = 0.0  # the loop waiting for a background gate (the goal waits for its gate)
+    repo: str = ""  # the repository as a reader knows it: its folder's name (and the project's in it)
+    task: str = ""  # the run's --task, as given ("" when none was)
 
     @property
     def fractions(self) -> dict[str, float]:
@@ -155,7 +157,17 @@ def run_stats(run: Run) -> RunStats:
         baseline_s=sum(e.baseline_s for e in run.ends),
         gate_s=sum(g.duration_ms for g in run.gates) / 1000,
         gate_wait_s=sum(e.gate_wait_s for e in run.ends),
+        repo=repo_label(start),
+        task=start.task.strip(),
     )
+
+
+def repo_label(start: TracedStart) -> str:
+    """A run's repository as a reader knows it: its folder's name, then the project's path in it."""
+    if start.repo is None:
+        return "?"
+    label = Path(start.repo).name
+    return label if start.project in (None, "", ".") else f"{label}/{start.project}"
 
 
 def drafter_stats(runs: Iterable[Run], group_by_run: bool = False) -> dict[str, DrafterStats]:
@@ -197,11 +209,13 @@ def iteration_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """One flat row per iteration, for pandas and spreadsheets."""
     rows = []
     for run in runs:
-        run_id = run_stats(run).run_id
+        stats = run_stats(run)
         for it in run.iterations:
             rows.append(
                 {
-                    "run_id": run_id,
+                    "run_id": stats.run_id,
+                    "repo": stats.repo,
+                    "task": stats.task,
                     "i": it.i,
                     "drafter": it.drafter,
                     "remaining_before": it.remaining_before,

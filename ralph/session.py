@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -122,19 +123,24 @@ class Resume:
 _RESUMABLE = frozenset({"interrupted", "error"})
 
 
-def load_resume(path: Path, run_id: str) -> Resume:
-    """The state of run `run_id` of the repository at `path`; a torn last record is cut off first."""
+def load_resume(path: Path, run: str) -> Resume:
+    """The state of a run of the repository at `path`, by its id (its trace in .ralph/runs) or by its
+    trace file (one written with --trace); a torn last record is cut off first."""
     toplevel, subdir = open_repo(path)
-    trace = toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
+    given = Path(run).is_file()
+    trace = Path(run) if given else toplevel / ".ralph" / "runs" / run / "trace.jsonl"
     if not trace.is_file():
-        raise RalphError(f"--resume {run_id}: no trace at {trace}")
+        raise RalphError(f"--resume {run}: no such run id (no trace at {trace}) or trace file")
     data = trace.read_bytes()
     if data and not data.endswith(b"\n"):  # a crash mid-write: drop the torn record
         trace.write_bytes(data[: data.rfind(b"\n") + 1])
     records = read_trace(trace)
     start = next((r for r in records if r["type"] == "run_start" and "baseline" in r), None)
     if start is None or "stages" not in (start.get("baseline") or {}):
-        raise RalphError(f"--resume {run_id}: the trace has no finished baseline to resume from")
+        raise RalphError(f"--resume {run}: the trace has no finished baseline to resume from")
+    if given and start.get("repo") != str(toplevel):  # (a run's own folder is in its repository)
+        raise RalphError(f"--resume {run}: that run is of another repository ({start.get('repo')})")
+    run_id = str(start["run_id"])
     last_start = max(i for i, r in enumerate(records) if r["type"] == "run_start")
     ended = [r for r in records[last_start:] if r["type"] == "run_end"]
     if ended and ended[-1].get("outcome") not in _RESUMABLE:
@@ -231,7 +237,7 @@ def fix(
     with contextlib.ExitStack() as stack:  # undone in reverse: verifier, sandboxes, trace, files, lock
         tmp = _private_dir(stack)
         trace = stack.enter_context(contextlib.closing(TraceWriter(trace_path)))
-        with _ends_in_trace(trace, start, ralph_branch):  # a crash, too, ends the trace saying why
+        with _ends_in_trace(trace, start, ralph_branch), _in_users_terms(tmp, snap.toplevel):
             workspace = _workspace(tmp, snap, branch_name, resume)
             toolchain = _toolchain(stack, tmp, workspace, snap, config, view)
             start["python"] = toolchain.python
@@ -543,6 +549,25 @@ def _ends_in_trace(trace: TraceWriter, start: dict[str, object], branch: RalphBr
                     "run_end", **why, branch=branch.name if branch.tip else None, final_commit=branch.tip
                 )
         raise
+
+
+@contextlib.contextmanager
+def _in_users_terms(tmp: Path, toplevel: Path) -> Iterator[None]:
+    """Bad input found during the run (a suite that cannot run, a tool's error) speaks of the user's
+    repository: the paths of ralph's copies of it (the workspace, a lane's, the gate's) in its
+    message are made the repository's own."""
+    try:
+        yield
+    except RalphError as exc:
+        exc.args = tuple(users_paths(a, tmp, toplevel) if isinstance(a, str) else a for a in exc.args)
+        raise
+
+
+def users_paths(text: str, tmp: Path, toplevel: Path) -> str:
+    """`text` with every path into a copy of the repository under `tmp` made one into `toplevel`."""
+    roots = "|".join(re.escape(str(p)) for p in dict.fromkeys([tmp, tmp.resolve()]))
+    copies = rf"(?:{roots})/(?:ws|gate|lane\d+)(?:\.accepted)?(?![\w.-])"
+    return re.sub(copies, lambda _: str(toplevel), text)
 
 
 def _apply(ralph_branch: RalphBranch, view: View) -> list[str]:

@@ -57,6 +57,8 @@ class RichView:
         candidates = record["candidates"]
         last = candidates[-1] if candidates else None
         verdict = "nothing to try" if last is None else f"{last['verdict']}: {last['reason']}"
+        if record["accepted"] and "state" in record:  # its gate runs beside the loop: not yet true
+            verdict = verdict.replace("accepted", "accepted, gate pending", 1)
         style = "green" if record["accepted"] else "dim"
         line = Text.assemble(
             (f"#{record['i']}", "bold"),
@@ -96,8 +98,10 @@ def summary_table(summary: dict[str, Any]) -> Table:
 def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
     """`ralph report`: one table of runs, one of drafters (r, cycle time, what it predicts)."""
     runs = Table(title="Runs")
+    runs.add_column("run")
+    runs.add_column("repo")
+    runs.add_column("task", max_width=40, overflow="fold")  # a long task wraps, never cut
     for column in (
-        "run",
         "drafters",
         "outcome",
         "iters",
@@ -114,6 +118,8 @@ def report_tables(data: dict[str, Any], budget_s: float) -> list[Table]:
         green = "—" if r["time_to_green_s"] is None else f"{r['time_to_green_s']:.1f}s"
         runs.add_row(
             r["run_id"],
+            Text(plain(r.get("repo", ""))),
+            Text(plain(r.get("task", "")) or "—"),
             "+".join(r["drafters"]),
             r["outcome"],
             str(r["iterations"]),

@@ -71,11 +71,14 @@ def make_repo(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
-def run_ralph(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real command line, in a child process."""
+def run_ralph(
+    *args: str, cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real command line, in a child process (`env`: variables set for it, over ours)."""
     return subprocess.run(
         [sys.executable, "-m", "ralph", *args],
         cwd=cwd,
+        env={**os.environ, **env} if env else None,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -26,9 +26,21 @@ def test_missing_directory(tmp_path):
     assert_one_line_error(run_ralph("fix", str(tmp_path / "nope")), "no such directory")
 
 
-def test_no_tests_found(make_repo):
-    repo = make_repo({"lib.py": "X = 1\n"})
-    assert_one_line_error(run_ralph("fix", str(repo)), "no tests found")
+def test_no_tests_found_names_the_users_directory(make_repo):
+    repo = make_repo({"lib.py": "X = 1\n", "sub/lib.py": "Y = 2\n"})
+    proc = run_ralph("fix", str(repo))
+    assert_one_line_error(proc, f"no tests found in {repo} ")
+    assert " ws " not in proc.stderr and "ralph-" not in proc.stderr  # never ralph's own copy
+    assert_one_line_error(run_ralph("fix", str(repo / "sub")), f"no tests found in {repo / 'sub'} ")
+    empty = make_repo({}, name="empty", commit=False)  # a repository with no commit yet
+    assert_one_line_error(run_ralph("fix", str(empty)), f"no tests found in {empty} ")
+
+
+def test_a_suite_that_cannot_start_names_the_users_files(make_repo):
+    repo = make_repo({**BUGGY_WINDOWS, "tests/conftest.py": "import nonexistent_module_xyz\n"})
+    proc = run_ralph("fix", str(repo))
+    assert_one_line_error(proc, "could not run", f"{repo}/tests/conftest.py", "nonexistent_module_xyz")
+    assert "/ws/" not in proc.stderr and "/tmp/ralph-" not in proc.stderr
 
 
 def test_unknown_drafter(make_repo):
@@ -62,6 +74,37 @@ def test_suite_that_cannot_be_collected(make_repo):
     proc = run_ralph("fix", str(repo), "--max-iterations", "1")
     # A collection error is a failing check the loop can work on, not bad input; it must not crash.
     assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+LIB = {"lib.py": "def f():\n    return 1\n"}
+TEST_F = "from lib import f\n\n\ndef test_f():\n    assert f() == 1\n"
+
+
+@pytest.mark.parametrize(
+    "files, named",
+    [
+        (
+            {"tests/test_f.py": "from lib import f\n\ndef test_f(:\n    assert f() == 1\n"},
+            "tests/test_f.py:3",
+        ),
+        ({"tests/test_f.py": TEST_F, "tests/conftest.py": "import os\nx = (\n"}, "tests/conftest.py:2"),
+    ],
+)
+def test_a_test_file_that_does_not_parse_at_the_baseline_is_bad_input(make_repo, files, named):
+    """Tests are protected: no candidate could fix one that does not parse, so the run never starts."""
+    repo = make_repo({**LIB, **files})
+    status = git(repo, "status", "--porcelain")
+    proc = run_ralph("fix", str(repo))
+    assert_one_line_error(proc, f"{repo}/{named}: SyntaxError", "ralph edits no tests", "--allow-test-edits")
+    assert git(repo, "branch", "--list", "ralph/*") == ""
+    assert git(repo, "status", "--porcelain") == status
+
+
+def test_a_source_file_that_does_not_parse_is_the_loops_to_fix(make_repo):
+    repo = make_repo({"lib.py": "def f():\n    return 1 +\n", "tests/test_f.py": TEST_F})
+    proc = run_ralph("fix", str(repo), "--max-iterations", "1")
+    assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
 
 

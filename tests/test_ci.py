@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from tests.conftest import BUGGY_WINDOWS, git
+from tests.test_bad_input import assert_one_line_error
 
 
 def clone_with_failure(tmp_path: Path, make_repo) -> tuple[Path, Path]:
@@ -132,6 +133,23 @@ def test_pr_without_a_token_is_a_one_line_error(tmp_path, make_repo):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("ralph: error: --pr needs a token")
+
+
+def test_no_remote_or_an_unreachable_one_is_a_one_line_error_before_any_work(make_repo):
+    repo = make_repo(BUGGY_WINDOWS)
+    status = git(repo, "status", "--porcelain")
+    proc = ralph_ci(repo)
+    assert_one_line_error(proc, "no remote 'origin'", str(repo), "it has none", "git remote add origin URL")
+    git(repo, "remote", "add", "upstream", str(repo.parent / "nowhere.git"))
+    assert_one_line_error(ralph_ci(repo), "no remote 'origin'", "its remotes: upstream", "--remote")
+    proc = ralph_ci(repo, "--remote", "upstream")
+    assert_one_line_error(
+        proc, "remote 'upstream' is not reachable", "does not appear to be a git repository"
+    )
+    assert "and the repository exists" not in proc.stderr  # (git's last line, which read as garble)
+    assert proc.stdout == ""
+    assert git(repo, "branch", "--list", "ralph/*") == "" and not (repo / ".ralph").exists()
+    assert git(repo, "status", "--porcelain") == status
 
 
 def test_the_action_and_the_example_workflow_run_ralph_ci():

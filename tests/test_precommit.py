@@ -50,6 +50,27 @@ def test_fix_never_writes_a_file_with_unstaged_changes(make_repo):
     assert proc.returncode != 0
     assert (repo / "calc.py").read_text() == "def double(x):\n    return x * 3  # unstaged edit\n"
     assert "unstaged" in proc.stderr
+    # The fix lives on its branch alone: that one stays, named.
+    [branch] = git(repo, "branch", "--list", "ralph/*", "--format=%(refname:short)").split()
+    assert f"branch {branch}" in proc.stderr
+    assert "x * 2" in git(repo, "show", f"{branch}:calc.py")
+
+
+def test_a_fix_written_into_the_working_tree_leaves_no_branch_behind(make_repo):
+    """The hook runs at every commit: a run whose fix the working tree holds deletes its branch."""
+    repo = make_repo({**BUGGY, "notes.txt": "mine\n"})
+    (repo / "calc.py").write_text("def double(x):\n    return x * 3 + 0\n")
+    git(repo, "add", "calc.py")
+    (repo / "notes.txt").write_text("mine, not staged\n")
+    index = git(repo, "diff", "--cached")
+    for _ in range(2):
+        proc = run_ralph("precommit", "--fix", "calc.py", cwd=repo)
+        assert proc.returncode == 1, proc.stderr  # fixed: review and re-stage
+        assert "ralph: fixed calc.py; review and re-stage" in proc.stderr
+        assert git(repo, "branch", "--list", "ralph/*") == ""
+        assert git(repo, "diff", "--cached") == index  # the index as the user staged it
+        git(repo, "checkout", "--", "calc.py")  # the user throws the fix away; the next commit tries again
+    assert (repo / "notes.txt").read_text() == "mine, not staged\n"
 
 
 def test_check_passes_clean_files_and_leaves_no_caches(make_repo):

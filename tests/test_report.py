@@ -108,6 +108,40 @@ def test_report_command_json_csv_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def of_repo(records, repo, project, task):
+    """`records` as a run of `repo` (its `project` folder in it) with `task`."""
+    start = {**records[0], "repo": repo, "project": project, "task": task}
+    return [start, *records[1:]]
+
+
+def test_report_names_each_runs_repository_and_task(tmp_path):
+    write_trace(tmp_path / "runs" / "r1" / "trace.jsonl", of_repo(HAND, "/home/me/shop", "api", "fix totals"))
+    write_trace(tmp_path / "runs" / "r2" / "trace.jsonl", of_repo(HAND, "/home/me/blog", ".", ""))
+    proc = run_ralph("report", str(tmp_path / "runs"), env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if "outcome" in line)
+    assert [c.strip() for c in header.strip("┃│ ").split("┃")][:3] == ["run", "repo", "task"]
+    rows = [line for line in proc.stdout.splitlines() if "goal" in line]
+    assert "shop/api" in rows[0] and "fix totals" in rows[0]
+    assert "blog" in rows[1] and "blog/." not in rows[1]
+    data = json.loads(run_ralph("report", str(tmp_path / "runs"), "--json").stdout)
+    assert [(r["repo"], r["task"]) for r in data["runs"]] == [("shop/api", "fix totals"), ("blog", "")]
+
+
+@pytest.mark.parametrize("runs", [1, 12])
+def test_the_plots_legend_lies_outside_both_plots(runs):
+    pytest.importorskip("matplotlib")
+    from ralph.plot import figure
+
+    traced = [parse_run(of_repo(HAND, f"/src/repo{n}", ".", "a task " * 8), f"t{n}") for n in range(runs)]
+    fig = figure(traced)
+    fig.canvas.draw()
+    [legend] = fig.legends
+    assert len(legend.get_texts()) == runs
+    box = legend.get_window_extent()
+    assert all(not box.overlaps(axes.get_window_extent()) for axes in fig.axes)
+
+
 def test_compare_groups_runs_by_their_drafters(tmp_path):
     other = [r if r["type"] != "iteration" else {**r, "drafter": "solo"} for r in HAND]
     data = report_json(

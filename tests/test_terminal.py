@@ -46,6 +46,53 @@ def test_a_stalled_offline_run_suggests_a_model_and_counts_the_baseline_in_its_t
     assert 0 < data["baseline_s"] <= data["wall_s"]
 
 
+def test_a_run_its_budget_stopped_says_what_it_tried_and_what_to_try_next(make_repo):
+    repo = make_repo(UNFIXABLE)
+    proc = run_ralph("fix", str(repo), "--max-iterations", "1")
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout
+    assert "still failing: tests/test_calc.py::test_add" in out
+    spent = next(line for line in out.splitlines() if line.startswith("stopped by its budget"))
+    assert spent.startswith("stopped by its budget (--max-iterations) after 1 iteration: ")
+    assert re.search(r"\d+ candidates tried \(mutation \d+\), edits by kind: \w+ \d+", spent), spent
+    assert spent.endswith("remaining error 1 -> 1")
+    assert "next: more iterations (--max-iterations 2), or a model: --drafter PROVIDER/MODEL" in out
+
+
+def test_an_accept_whose_gate_is_pending_says_so_and_its_undo_shows(make_repo, tmp_path):
+    from tests.test_background_gate import BREAK_THEN_FIX, _replay
+
+    repo = make_repo(BUGGY_WINDOWS)
+    drafter = _replay(tmp_path, *BREAK_THEN_FIX)
+    proc = run_ralph("fix", str(repo), "--drafter", drafter, "--candidates", "1", "--background-gate")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("#1 "))
+    assert "accepted, gate pending: remaining error 1 -> 0" in lines[first]
+    assert lines[first + 1].startswith("ralph: iteration 1's edit failed its background gate and is undone")
+    assert "test_double" in lines[first + 1]
+    assert "accepted, gate pending" in lines[first + 2] and lines[first + 2].startswith("#2 ")
+    gated = run_ralph("fix", str(make_repo(BUGGY_WINDOWS, name="in-line")), "--no-background-gate")
+    assert "accepted: remaining error 1 -> 0" in gated.stdout and "pending" not in gated.stdout
+
+
+def test_json_names_what_still_fails(make_repo):
+    repo = make_repo(UNFIXABLE)
+    proc = run_ralph("fix", str(repo), "--json", "--max-iterations", "1", "--check", "test -f NOTES")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["remaining"] == 2
+    assert data["still_failing"] == {
+        "tests": ["tests/test_calc.py::test_add"],
+        "regressed": [],
+        "checks": ["test -f NOTES"],
+        "diagnostics": [],
+        "syntax_errors": [],
+    }
+    fixed = json.loads(run_ralph("fix", str(make_repo(BUGGY_WINDOWS, name="fixable")), "--json").stdout)
+    assert fixed["outcome"] == "goal" and not any(fixed["still_failing"].values())
+
+
 class Recorder:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -136,6 +183,30 @@ def test_every_command_help_shows_its_defaults():
         [sys.executable, "-m", "ralph", "fix", "--help"], capture_output=True, text=True, env=env
     ).stdout
     assert "default" in fix_help.lower()
+
+
+def piped(*args: str, into: str) -> subprocess.CompletedProcess[str]:
+    """`ralph ARGS | INTO` in a shell, with ralph's exit status (not the reader's)."""
+    script = f'"$@" | {into}; exit "${{PIPESTATUS[0]}}"'
+    command = ["bash", "-c", script, "ralph", sys.executable, "-m", "ralph", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("args, into", [((), "head -1"), (("--json",), "true")])
+def test_a_reader_that_stops_reading_changes_nothing_of_the_run(make_repo, args, into):
+    """`ralph fix | head -1`: the output the reader did not take is dropped, quietly, and the run goes
+    on to its fix, its branch and its exit code as if it had been read to the end."""
+    repo = make_repo(BUGGY_WINDOWS)
+    (repo / "notes.txt").write_text("the user's own work\n")
+    status = git(repo, "status", "--porcelain")
+    proc = piped("fix", str(repo), *args, into=into)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr, proc.stderr
+    if into == "head -1":
+        assert proc.stdout == f"ralph fix {repo}\n"
+    [branch] = git(repo, "branch", "--list", "ralph/*", "--format=%(refname:short)").split()
+    assert "range(len(xs) - k + 1)" in git(repo, "show", f"{branch}:windows.py")
+    assert git(repo, "status", "--porcelain") == status
 
 
 def test_the_summary_is_never_wrapped_or_cut_when_the_output_is_not_a_terminal(make_repo):

@@ -9,8 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ralph.trace import TraceWriter, read_trace
-from tests.conftest import git
+from tests.conftest import git, run_ralph
 
 UNFIXABLE = {
     "calc.py": "def magic(x):\n    return x * 3 + 1\n",
@@ -109,11 +111,14 @@ def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_p
     assert git(repo, "status", "--porcelain") == status
 
 
-def test_ctrl_c_records_interrupted_and_exits_130(make_repo, tmp_path):
+@pytest.mark.parametrize("own_trace", [False, True], ids=["run-folder", "--trace FILE"])
+def test_ctrl_c_records_interrupted_exits_130_and_says_how_to_resume(make_repo, tmp_path, own_trace):
     repo = make_repo(UNFIXABLE)
     status = git(repo, "status", "--porcelain")
+    mine = tmp_path / "elsewhere" / "mine.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ralph", "fix", str(repo), "--candidates", "1"],
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--candidates", "1"]
+        + (["--trace", str(mine)] if own_trace else []),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -122,7 +127,7 @@ def test_ctrl_c_records_interrupted_and_exits_130(make_repo, tmp_path):
     trace = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        traces = list(runs.glob("*/trace.jsonl")) if runs.exists() else []
+        traces = [mine] if mine.exists() else list(runs.glob("*/trace.jsonl")) if runs.exists() else []
         if traces and any(r["type"] == "iteration" for r in read_trace(traces[0])):
             trace = traces[0]
             break
@@ -134,8 +139,15 @@ def test_ctrl_c_records_interrupted_and_exits_130(make_repo, tmp_path):
     assert "Traceback" not in stderr
     assert read_trace(trace)[-1]["type"] == "run_end"
     assert read_trace(trace)[-1]["outcome"] == "interrupted"
-    assert f"--resume {trace.parent.name}" in stdout  # the exact command to go on
+    run = str(trace) if own_trace else trace.parent.name
+    command = f"ralph fix {repo} --resume {run}"
+    assert f"interrupted; to continue: {command}" in stdout  # the exact command to go on
     assert git(repo, "status", "--porcelain") == status
+    # ... and it does go on: the same run, its trace one segment longer.
+    again = run_ralph(*command.split()[1:], "--max-iterations", "2")
+    assert again.returncode == 1, again.stderr  # (its budget, now spent)
+    starts = [r for r in read_trace(trace) if r["type"] == "run_start"]
+    assert len(starts) == 2 and starts[0]["run_id"] == starts[1]["run_id"]
 
 
 TWO_BUGS = {

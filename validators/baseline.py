@@ -52,7 +52,7 @@ def measure(
     cached = cache.load() if cache else None
     if cached is not None and DOCTESTS not in cached:  # measured before the plugin recorded these
         cached = None
-    suite = tools.tests.baseline(timeout_s, coverage=cached is None)
+    suite = tools.tests.baseline(timeout_s, coverage=cached is None, protected=guard.protected)
     known = tools.tests.last_changes  # (a pytest plugin's repository: its own)
     coverage = cached if cached is not None else tools.tests.last_coverage
     if cache and cached is None and coverage:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -196,18 +197,56 @@ class PytestValidator:
         argv = [self.toolchain.python, "-m", "pytest", *args, *selected]
         return self.toolchain.run(argv, env=self.toolchain.python_env(env), timeout_s=scope.timeout_s)
 
-    def baseline(self, timeout_s: float, coverage: bool = True) -> StageResult:
-        """The whole suite (with per-test coverage unless cached); a suite that cannot run is bad input."""
+    def baseline(self, timeout_s: float, coverage: bool = True, protected: Sequence[str] = ()) -> StageResult:
+        """The whole suite (with per-test coverage unless cached); a suite that cannot run is bad input,
+        and so is a test file no candidate may edit (`protected`) that pytest could not load because
+        it does not parse: no run could fix it."""
         trusted, self.trusted = self.trusted, None  # (the starting state's code is the user's)
         try:
             result = self.check(Scope(timeout_s=timeout_s), coverage=coverage)
         finally:
             self.trusted = trusted
+        if (broken := unparsable_tests(result, protected, self.toolchain.project)) is not None:
+            where = self.toolchain.user_project / str(broken.filename)
+            raise RalphError(
+                f"{where}:{broken.lineno}: {type(broken).__name__}: {broken.msg} (a test file that does not "
+                "parse: ralph edits no tests, so no candidate could fix it; fix it, or pass --allow-test-edits)"
+            )
         if result.detail == "no tests collected":
-            raise RalphError(f"no tests found in {self.toolchain.project.name} (pytest collected nothing)")
+            raise RalphError(
+                f"no tests found in {self.toolchain.user_project} (pytest collected nothing; ralph judges "
+                "a fix by the project's tests: add some, e.g. tests/test_*.py)"
+            )
         if result.error is not None:
             raise RalphError(f"the test suite could not run at baseline: {result.error.splitlines()[0]}")
         return result
+
+
+_NAMED_FILE = re.compile(r'File "([^"]+)", line \d+')
+_UNPARSABLE = ("SyntaxError", "IndentationError", "TabError")
+
+
+def unparsable_tests(result: StageResult, protected: Sequence[str], project: Path) -> SyntaxError | None:
+    """The first file of `protected` that pytest could not load for a syntax error (a test module it
+    could not collect, a conftest.py it could not import), as the parser says it (`filename` relative
+    to the project); None when there is none."""
+    named = [
+        t.nodeid
+        for t in result.tests
+        if t.outcome == "error" and "::" not in t.nodeid and any(e in t.message for e in _UNPARSABLE)
+    ]
+    if result.error is not None and any(e in result.error for e in _UNPARSABLE):
+        named += [project_relative(p, project.resolve()) for p in _NAMED_FILE.findall(result.error)]
+    for path in dict.fromkeys(named):
+        if Path(path).is_absolute() or not path.endswith(".py") or not is_protected(path, protected):
+            continue
+        try:
+            compile((project / path).read_bytes(), path, "exec", dont_inherit=True)
+        except SyntaxError as exc:  # (IndentationError and TabError are SyntaxErrors)
+            return exc
+        except (OSError, ValueError):  # unreadable, or a null byte: pytest's to report
+            continue
+    return None
 
 
 def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float, workers: int = 0) -> PytestValidator:

@@ -59,6 +59,14 @@ class Toolchain:
     user_root: Path | None = None
 
     @property
+    def user_project(self) -> Path:
+        """The project at the user's own path, for what a person reads (an error names their
+        repository, never ralph's copy of it); the copy's when the user's is not known."""
+        if self.user_root is None or self.root is None or not self.project.is_relative_to(self.root):
+            return self.project
+        return self.user_root / self.project.relative_to(self.root)
+
+    @property
     def plugin_dir(self) -> Path:
         """Where our plugins load from: their folder, or a private copy of it when that lies in the
         user's repository (which the workspace shows, the candidate's files, at the gate)."""

@@ -8,7 +8,11 @@ class RalphError(Exception):
 
 
 class GitError(RalphError):
-    """A git operation ralph needed failed."""
+    """A git operation ralph needed failed; `said` is git's own message, line by line (when known)."""
+
+    def __init__(self, message: str, said: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.said = said
 
 
 class UnsafePath(ValueError):
