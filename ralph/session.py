@@ -265,11 +265,7 @@ def fix(
             result = _drive(loop, state, resume)
             result.wall_s = time.monotonic() - began  # the whole run, the baseline included
             applied = _apply(ralph_branch, view) if apply else []
-            # A finished run's branch: one commit with the whole fix (a resumable one keeps its steps).
-            final = ralph_branch.tip if result.outcome in _RESUMABLE else ralph_branch.squash(config.task)
-            _write_end(trace, result, ralph_branch, branch_name, applied, baseline_s, final)
-            if final is not None and final != ralph_branch.tip:  # first the trace, then the branch
-                ralph_branch.advance(final)
+            _write_end(trace, result, ralph_branch, branch_name, applied, baseline_s, config.task)
             done = _outcome(run_id, result, ralph_branch, trace_path, applied, apply, verifier.notices)
             return replace(done, python=toolchain.python, baseline_s=baseline_s)
 
@@ -615,8 +611,11 @@ def _write_end(
     branch_name: str,
     applied: list[str],
     baseline_s: float,
-    final: str | None,
+    task: str,
 ) -> None:
+    """The run's last record; then a finished run's branch becomes one commit with the whole fix (a
+    resumable one keeps its steps): first the trace, then the branch."""
+    final = ralph_branch.tip if result.outcome in _RESUMABLE else ralph_branch.squash(task)
     trace.write(
         "run_end",
         outcome=result.outcome,
@@ -634,3 +633,5 @@ def _write_end(
         applied=applied,
         uncommitted_states=list(result.uncommitted),
     )
+    if final is not None and final != ralph_branch.tip:
+        ralph_branch.advance(final)

@@ -200,6 +200,14 @@ def test_a_killed_run_resumes_where_it_stopped(make_repo):
     numbers = [r["i"] for r in iterations]
     assert numbers == sorted(set(numbers)) and numbers[: len(done)] == [r["i"] for r in done]  # none redone
     assert 99 not in numbers
-    assert git(repo, "merge-base", "--is-ancestor", tip, branch) == ""  # the branch grew from where it was
+    records = read_trace(trace)
+    later = [
+        r["commit"]
+        for r in records[records.index(done[-1]) + 1 :]
+        if r.get("commit") not in (None, tip) and r["type"] != "run_end"
+    ]
+    assert later and git(repo, "rev-parse", f"{later[0]}^").strip() == tip  # it grew from where it was
+    base = records[0]["snapshot_commit"]
+    assert git(repo, "rev-list", "--count", f"{base}..{branch}").strip() == "1"  # then one commit: all of it
     fixed = git(repo, "show", f"{branch}:calc.py")
     assert "x * 2" in fixed and "x + 1" in fixed
