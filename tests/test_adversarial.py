@@ -23,6 +23,7 @@ needs_bwrap = pytest.mark.skipif(available() is not None, reason=f"bubblewrap ca
 FIXED = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)")
 
 
+@pytest.mark.slow
 def test_a_patch_that_creates_a_symlink_then_writes_through_it_is_rejected_whole(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     outside = tmp_path / "outside"
@@ -57,6 +58,7 @@ def test_a_path_that_is_both_a_file_and_a_directory_is_rejected_whole(tmp_path):
     assert not (tmp_path / "a").is_file()
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_test_that_plants_hooks_in_the_users_repository_reaches_nothing(make_repo, tmp_path):
     marker = tmp_path / "hook-ran"
@@ -104,6 +106,7 @@ class EditsTheUsersFileThenFixes:
 USER_REPO: list[str] = []
 
 
+@pytest.mark.slow
 def test_apply_never_overwrites_a_file_the_user_edited_during_the_run(make_repo):
     import tests.test_adversarial as loaded  # the module the registry imports the drafter from
 

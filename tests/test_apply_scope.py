@@ -65,6 +65,7 @@ def test_apply_of_a_rename_removes_the_old_file(make_repo):
     assert not (repo / "old.py").exists() and (repo / "new.py").read_text() == "def f():\n    return 1\n"
 
 
+@pytest.mark.slow
 def test_a_fix_that_also_plants_a_file_in_the_venv_never_reaches_the_working_tree(make_repo, tmp_path):
     repo = make_repo({**BUGGY_WINDOWS, ".gitignore": ".venv/\n"})
     (repo / ".venv" / "lib").mkdir(parents=True)

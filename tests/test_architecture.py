@@ -159,6 +159,7 @@ def test_each_package_says_what_it_holds(package: str) -> None:
     assert ast.get_docstring(ast.parse(MODULES[package].read_text())), f"{package}/__init__.py: no docstring"
 
 
+@pytest.mark.slow
 def test_no_function_is_over_sixty_lines() -> None:
     long = [
         f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
@@ -171,6 +172,7 @@ def test_no_function_is_over_sixty_lines() -> None:
     assert not long, "\n".join(long)
 
 
+@pytest.mark.slow
 def test_nothing_imports_the_folders_by_their_top_level_names() -> None:
     """`validators` is a PyPI package of its own: ralph's code and tests import `ralph.validators`,
     never a top-level name that would clash with it (or load a second copy of a module)."""
@@ -191,6 +193,7 @@ def test_the_links_in_ralph_are_the_folders_beside_it() -> None:
         assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve(), link
 
 
+@pytest.mark.slow
 def test_the_wheel_adds_one_import_name_and_runs(tmp_path: Path) -> None:
     """Built and installed as a user would get it: `ralph` is the one top-level name in the wheel
     (no `validators` to clash with the PyPI package), the mapped folders are in it as files, and the

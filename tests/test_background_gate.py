@@ -59,6 +59,7 @@ def _branch_files(repo: Path, branch: str, path: str) -> str:
     return git(repo, "show", f"{branch}:{path}")
 
 
+@pytest.mark.slow
 def test_what_the_gate_rejects_is_undone_and_never_reaches_the_branch(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     outcome = _run(
@@ -86,6 +87,7 @@ def test_what_the_gate_rejects_is_undone_and_never_reaches_the_branch(make_repo,
     assert stats.time_to_green_s == gates[1]["elapsed_s"]
 
 
+@pytest.mark.slow
 def test_the_same_candidates_gated_in_line_give_the_same_branch(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     outcome = _run(
@@ -118,6 +120,7 @@ F_FIXED_H_BROKEN = F_FIXED.replace(
 G_FIXED = TWO_BUGS["g.py"].replace("x - 2", "x - 1")
 
 
+@pytest.mark.slow
 def test_states_built_on_one_whose_gate_fails_are_discarded_with_it(make_repo, tmp_path):
     repo = make_repo(TWO_BUGS)
     fix_g = {"description": "fix g", "files": {"g.py": G_FIXED}}
@@ -150,6 +153,7 @@ def test_states_built_on_one_whose_gate_fails_are_discarded_with_it(make_repo, t
     assert stats.accepted == 2  # the undone accepts removed nothing
 
 
+@pytest.mark.slow
 def test_a_gate_that_crashes_fails_its_state_with_the_reason_and_the_loop_goes_on(
     make_repo, tmp_path, monkeypatch
 ):
@@ -178,6 +182,7 @@ def test_a_gate_that_crashes_fails_its_state_with_the_reason_and_the_loop_goes_o
     assert outcome.result.outcome == "goal"
 
 
+@pytest.mark.slow
 def test_a_gate_that_hangs_is_a_failed_gate_for_its_state(make_repo, tmp_path, monkeypatch):
     from ralph.validators.facts import Budgets
 
@@ -207,6 +212,7 @@ SLOW_GATE = {
 }
 
 
+@pytest.mark.slow
 def test_max_seconds_cancels_the_gate_and_the_branch_holds_gated_states_only(make_repo, tmp_path):
     repo = make_repo(SLOW_GATE)
     began = time.monotonic()
@@ -221,6 +227,7 @@ def test_max_seconds_cancels_the_gate_and_the_branch_holds_gated_states_only(mak
     assert end["accepted"] == 0 and end["final_commit"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="signals to a child process group")
 def test_ctrl_c_stops_the_gate_at_once_and_resume_redoes_the_ungated_state(make_repo, tmp_path):
     repo = make_repo(SLOW_GATE)
@@ -264,6 +271,7 @@ def _slow_h(seconds: int) -> dict[str, str]:
     return {**TWO_BUGS, "tests/test_h.py": sleeps}
 
 
+@pytest.mark.slow
 def test_a_run_whose_later_state_fails_its_gate_is_never_reported_green(make_repo, tmp_path):
     repo = make_repo(_slow_h(3))
     outcome = _run(
@@ -280,6 +288,7 @@ def test_a_run_whose_later_state_fails_its_gate_is_never_reported_green(make_rep
     assert run_stats(read_run(outcome.trace)).time_to_green_s is None
 
 
+@pytest.mark.slow
 def test_what_was_rejected_against_an_undone_state_may_be_verified_again(make_repo, tmp_path):
     repo = make_repo(_slow_h(5))
     outcome = _run(
@@ -295,6 +304,7 @@ def test_what_was_rejected_against_an_undone_state_may_be_verified_again(make_re
     assert _branch_files(repo, outcome.branch, "f.py") == F_FIXED
 
 
+@pytest.mark.slow
 def test_a_cancelled_gate_starts_nothing_more(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     began = time.monotonic()
@@ -309,6 +319,7 @@ def test_a_cancelled_gate_starts_nothing_more(make_repo, tmp_path):
     assert outcome.result.outcome == "max_seconds"
 
 
+@pytest.mark.slow
 def test_the_time_budget_bounds_the_wait_for_the_last_gate_whatever_stopped_the_loop(make_repo, tmp_path):
     repo = make_repo(
         {**BUGGY_WINDOWS, "tests/test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(8)\n"}
@@ -334,6 +345,7 @@ def _fix_cli(repo: Path, tmp_path: Path, *records: dict, mode: str, json_out: bo
     return run_ralph(*args, "--on-gate-failure", mode, *(["--json"] if json_out else []), timeout=240)
 
 
+@pytest.mark.slow
 def test_in_todo_mode_the_regression_the_gate_found_is_fixed_next_and_committed_with_its_state(
     make_repo, tmp_path
 ):
@@ -372,6 +384,7 @@ def test_in_todo_mode_the_regression_the_gate_found_is_fixed_next_and_committed_
     assert run.undone == frozenset() and run.green_s == gates[2]["elapsed_s"]
 
 
+@pytest.mark.slow
 def test_in_todo_mode_a_regression_never_fixed_never_reaches_the_branch(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     proc = _fix_cli(repo, tmp_path, BREAK_THEN_FIX[0], mode="todo", json_out=False)
@@ -441,6 +454,7 @@ def test_a_state_on_a_kept_one_passes_only_when_it_breaks_nothing_the_last_passe
     assert _verdict(flaky_broken, kept, fine, accepted=True, targets=frozenset({"fix"})) == "rejected"
 
 
+@pytest.mark.slow
 def test_in_todo_mode_an_edit_undone_by_a_later_state_is_checked_as_undone(make_repo, tmp_path):
     """A kept state's edit of a file only a check reads, put back as it was by the state built on it:
     that state's gate checks the file as it now is (the check fails again), not as the kept state left

@@ -26,6 +26,7 @@ def test_missing_directory(tmp_path):
     assert_one_line_error(run_ralph("fix", str(tmp_path / "nope")), "no such directory")
 
 
+@pytest.mark.slow
 def test_no_tests_found_names_the_users_directory(make_repo):
     repo = make_repo({"lib.py": "X = 1\n", "sub/lib.py": "Y = 2\n"})
     proc = run_ralph("fix", str(repo))

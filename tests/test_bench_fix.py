@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ralph.bench.fix import humanevalfix_files, load_tasks, naive_time_to_green, verification_per_candidate_s
 from ralph.trace_reader import parse_run
 from tests.conftest import run_ralph, write_files
@@ -30,6 +32,7 @@ def test_a_humanevalfix_task_becomes_a_pytest_project():
     assert "def test_add_one():\n    check(add_one)" in files["test_solution.py"]
 
 
+@pytest.mark.slow
 def test_bench_fix_runs_every_task_and_summarizes(tmp_path):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(FIXABLE) + "\n" + json.dumps(UNFIXABLE) + "\n")

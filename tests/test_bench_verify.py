@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import BUGGY_WINDOWS, run_ralph, write_files
 
 PROJECT = {
@@ -40,6 +42,7 @@ def _bench_verify(project: Path, *more: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_bench_verify_times_the_reject_and_the_accept_path(tmp_path: Path) -> None:
     write_files(tmp_path / "p", PROJECT)
     summary = _bench_verify(tmp_path / "p", "--profile")
@@ -55,6 +58,7 @@ def test_bench_verify_times_the_reject_and_the_accept_path(tmp_path: Path) -> No
     assert 0 < summary["accept_suite_units_max"] <= 1.25, summary
 
 
+@pytest.mark.slow
 def test_a_test_that_fails_unmutated_catches_no_mutant(tmp_path: Path) -> None:
     """A suite with a test the copy cannot pass fails whatever the mutant: only a test that fails
     besides it catches one, so a mutant of untested code is no caught mutant the staged checks missed."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.conftest import git, run_ralph
 
 TWO_BUGS = {
@@ -29,6 +31,7 @@ def _next_line(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("next: "))
 
 
+@pytest.mark.slow
 def test_a_clean_tree_gets_one_commit_on_head_that_merges(make_repo):
     repo = make_repo(TWO_BUGS)
     head = git(repo, "rev-parse", "HEAD").strip()
@@ -48,6 +51,7 @@ def test_a_clean_tree_gets_one_commit_on_head_that_merges(make_repo):
     assert "w * h" in (repo / "shapes.py").read_text() and "w + h" in (repo / "shapes.py").read_text()
 
 
+@pytest.mark.slow
 def test_with_uncommitted_changes_the_suggested_patch_applies_onto_them(make_repo):
     repo = make_repo(TWO_BUGS)
     head = git(repo, "rev-parse", "HEAD").strip()

@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
+
 from tests.conftest import BUGGY_WINDOWS, git
 from tests.test_bad_input import assert_one_line_error
 
@@ -37,6 +39,7 @@ def ralph_ci(work: Path, *args: str, env: dict[str, str] | None = None) -> subpr
     )
 
 
+@pytest.mark.slow
 def test_ci_pushes_a_fix_branch_and_writes_a_summary_then_does_nothing_the_second_time(tmp_path, make_repo):
     work, remote = clone_with_failure(tmp_path, make_repo)
     summary_file = tmp_path / "step-summary.md"
@@ -97,6 +100,7 @@ def serve() -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_port}"
 
 
+@pytest.mark.slow
 def test_pr_is_opened_then_updated_through_the_github_api(tmp_path, make_repo):
     FakeGitHub.calls, FakeGitHub.open_prs = [], []
     server, url = serve()
@@ -135,6 +139,7 @@ def test_pr_without_a_token_is_a_one_line_error(tmp_path, make_repo):
     assert proc.stderr.strip().startswith("ralph: error: --pr needs a token")
 
 
+@pytest.mark.slow
 def test_no_remote_or_an_unreachable_one_is_a_one_line_error_before_any_work(make_repo):
     repo = make_repo(BUGGY_WINDOWS)
     status = git(repo, "status", "--porcelain")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ralph.config import RunConfig
 from ralph.domain.candidate import FileChange, edit_size
 from ralph.session import fix
@@ -81,6 +83,7 @@ def _run(repo: Path, tmp_path: Path, **config: object):
     return fix(repo, settings, view=QuietView(notices=False))
 
 
+@pytest.mark.slow
 def test_a_fix_that_cuts_a_parameter_from_the_result_is_rejected_and_the_right_one_accepted(
     make_repo, tmp_path
 ):
@@ -136,6 +139,7 @@ HIDES = "def mean(xs):\n    try:\n        return sum(xs) / len(xs)\n    except E
 EMPTY = "def mean(xs):\n    if not xs:\n        return 0\n    return sum(xs) / len(xs)\n"
 
 
+@pytest.mark.slow
 def test_a_fix_that_hides_every_failure_is_rejected_and_the_right_one_accepted(make_repo, tmp_path):
     repo = make_repo(
         {

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from ralph.config import RunConfig
 from ralph.domain.candidate import Candidate, FileChange
 from ralph.sandboxes.local import LocalSandbox
@@ -167,6 +169,7 @@ def _fix(repo: Path, tmp_path: Path, **config: object):
     return fix(repo, settings, view=QuietView(notices=False))
 
 
+@pytest.mark.slow
 def test_a_fix_that_deletes_what_a_passing_test_ran_is_rejected_and_the_right_one_accepted(
     make_repo, tmp_path
 ):
@@ -180,6 +183,7 @@ def test_a_fix_that_deletes_what_a_passing_test_ran_is_rejected_and_the_right_on
     assert git(repo, "show", f"{outcome.branch}:slug.py") == FIXED
 
 
+@pytest.mark.slow
 def test_with_warn_the_deletion_is_said_in_the_trace_and_accepted(make_repo, tmp_path):
     repo = make_repo(REPO)
     outcome = _fix(repo, tmp_path, plausibility="warn")

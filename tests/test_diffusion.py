@@ -176,6 +176,7 @@ def answering(tokenizer: Any, reply: str, answer_tokens: int, max_context: int =
     return oracle_lm(tokenizer, lambda width: [0] * (width - answer_tokens) + answer, max_context)
 
 
+@pytest.mark.slow
 def test_a_saved_masked_lm_loads_through_the_diffusion_spec(
     bert_drafter: DiffusionDrafter, bert_dir: Path
 ) -> None:
@@ -189,6 +190,7 @@ def test_a_saved_masked_lm_loads_through_the_diffusion_spec(
     assert lm.max_context == 512  # the model's own limit is below the default
 
 
+@pytest.mark.slow
 def test_drafter_returns_well_formed_infill_candidates(bert_drafter: DiffusionDrafter, project: Path) -> None:
     candidates = bert_drafter.draft(context_for(project), 3)
     assert 1 <= len(candidates) <= 3
@@ -349,6 +351,7 @@ def test_out_of_range_options_are_rejected_before_loading_anything() -> None:
         create_diffusion_drafter("diffusion:org/model", mode="fast")
 
 
+@pytest.mark.slow
 def test_bench_drafter_command_prints_one_entry_per_setting(bert_dir: Path) -> None:
     from tests.conftest import run_ralph
 

@@ -79,6 +79,7 @@ def test_the_validator_rejects_an_edit_that_adds_a_print_and_passes_one_that_doe
         verifier.close()
 
 
+@pytest.mark.slow
 def test_the_drafter_fixes_a_range_that_stops_one_short_in_the_real_loop(plugin, make_repo):
     plugin("range_bound")
     repo = make_repo(BUGGY_WINDOWS)
@@ -121,6 +122,7 @@ def test_the_router_gives_each_drafter_a_turn_until_none_has_anything_new(plugin
     assert router.route(progress, names).drafter == "fast"  # progress: everyone is fresh again
 
 
+@pytest.mark.slow
 def test_the_router_routes_the_real_loop(plugin, make_repo, tmp_path):
     plugin("range_bound")
     plugin("take_turns")

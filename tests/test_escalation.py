@@ -3,6 +3,8 @@ deep model (a loopback OpenAI-compatible server), which fixes it; the trace reco
 
 from __future__ import annotations
 
+import pytest
+
 from ralph.config import RunConfig
 from ralph.session import fix
 from ralph.trace import read_trace
@@ -26,6 +28,7 @@ REPLY = (
 )
 
 
+@pytest.mark.slow
 def test_stall_escalates_to_the_deep_model_which_fixes_the_bug(make_repo, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-escalation")
     repo = make_repo(FILES)

@@ -77,6 +77,7 @@ def assert_one_line(stderr: str, *needles: str) -> None:
     assert all(n in lines[0] for n in needles), stderr
 
 
+@pytest.mark.slow
 def test_a_drafter_that_raises_ends_the_trace_with_why_and_the_user_sees_one_line(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     proc = run_ralph("fix", str(repo), "--drafter", "faulty:Breaks", cwd=plugins(tmp_path))
@@ -95,6 +96,7 @@ def test_a_drafter_that_raises_ends_the_trace_with_why_and_the_user_sees_one_lin
     assert [e["outcome"] for e in ends] == ["error", "error"]
 
 
+@pytest.mark.slow
 def test_a_router_that_raises_mid_run_ends_the_trace_after_its_iterations(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     drafter = replay(tmp_path, {"description": "wrong", "files": {"windows.py": WRONG}})
@@ -114,6 +116,7 @@ def test_a_router_that_raises_mid_run_ends_the_trace_after_its_iterations(make_r
     assert records[-1]["outcome"] == "error" and records[-1]["error"] == "ZeroDivisionError: division by zero"
 
 
+@pytest.mark.slow
 def test_a_bug_in_a_verifier_stage_ends_the_trace(make_repo, tmp_path, monkeypatch):
     from ralph.validators.pipeline import Verifier
 
@@ -147,6 +150,7 @@ def test_a_sandbox_that_cannot_start_ends_the_trace_before_the_baseline(make_rep
         load_resume(repo, trace.parent.name)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_baseline_ends_the_trace_interrupted(make_repo):
     repo = make_repo(
         {
@@ -205,6 +209,7 @@ def full_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.slow
 def test_a_disk_full_from_the_start_leaves_no_empty_trace_nor_its_folders(make_repo, full_disk):
     repo = make_repo(BUGGY_WINDOWS)
     kept = full_disk / "kept.jsonl"  # a trace that was there before, filling its page (4 KiB) whole
@@ -254,6 +259,7 @@ def test_a_trace_that_never_got_a_record_is_removed_with_the_run_folder(make_rep
     assert list(repo.glob(".ralph/runs/*")) == []  # no run folder, no empty trace
 
 
+@pytest.mark.slow
 def test_a_trace_that_was_there_before_is_never_removed(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     empty, kept = tmp_path / "empty.jsonl", tmp_path / "kept.jsonl"

@@ -34,6 +34,7 @@ def branch_passes_its_tests(repo: Path, branch: str, tmp_path: Path) -> bool:
     return proc.returncode == 0
 
 
+@pytest.mark.slow
 def test_fixing_run_ends_on_a_green_ralph_branch(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     outcome = run_fix(repo)
@@ -47,6 +48,7 @@ def test_fixing_run_ends_on_a_green_ralph_branch(make_repo, tmp_path):
     assert "Drafter: mutation" in message and "tests/test_windows.py::test_every_window" in message
 
 
+@pytest.mark.slow
 def test_regressing_candidate_is_rolled_back(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     bad = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k + 1)").replace("x * 2", "x * 3")
@@ -72,6 +74,7 @@ def test_regressing_candidate_is_rolled_back(make_repo, tmp_path):
     assert git(repo, "rev-list", "--count", f"main..{outcome.branch}").strip() == "1"
 
 
+@pytest.mark.slow
 def test_user_changes_are_preserved_byte_for_byte_and_the_index_is_unchanged(make_repo):
     repo = make_repo(BUGGY_WINDOWS)
     (repo / "notes.txt").write_text("committed\n")
@@ -104,6 +107,7 @@ def test_user_changes_are_preserved_byte_for_byte_and_the_index_is_unchanged(mak
     assert outcome.untracked == ("scratch.py", "tests/test_scratch.py")
 
 
+@pytest.mark.slow
 def test_apply_writes_the_fix_into_the_working_tree_only(make_repo):
     repo = make_repo(BUGGY_WINDOWS)
     before_index = (repo / ".git" / "index").read_bytes()
@@ -113,6 +117,7 @@ def test_apply_writes_the_fix_into_the_working_tree_only(make_repo):
     assert (repo / ".git" / "index").read_bytes() == before_index
 
 
+@pytest.mark.slow
 def test_budget_stops_the_run_with_exit_1_and_keeps_progress(make_repo):
     files = dict(BUGGY_WINDOWS)
     files["windows.py"] = files["windows.py"].replace("x * 2", "x + 2")  # a second bug
@@ -150,6 +155,7 @@ def test_narrowed_targets_ignore_other_failures(make_repo):
     assert outcome.result.outcome == "goal"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "pyproject.toml").exists())
 )
@@ -161,6 +167,7 @@ def test_every_example_is_fixed_offline(example, tmp_path):
     assert outcome.result.outcome == "goal", read_trace(outcome.trace)[-1]
 
 
+@pytest.mark.slow
 def test_json_summary_from_the_command_line(make_repo):
     repo = make_repo(BUGGY_WINDOWS)
     proc = run_ralph("fix", str(repo), "--json")
@@ -172,6 +179,7 @@ def test_json_summary_from_the_command_line(make_repo):
     assert {"iterations", "wall_s"} <= summary.keys()
 
 
+@pytest.mark.slow
 def test_a_bug_that_makes_the_baseline_loop_forever_is_fixed_in_seconds(make_repo):
     files = {
         "countdown.py": "def steps(n):\n    count = 0\n    while n > 0:\n        n += 1\n        count += 1\n    return count\n",
@@ -182,6 +190,7 @@ def test_a_bug_that_makes_the_baseline_loop_forever_is_fixed_in_seconds(make_rep
     assert outcome.result.wall_s < 60
 
 
+@pytest.mark.slow
 def test_the_ending_says_what_changed_and_what_to_run_next(make_repo):
     repo = make_repo(BUGGY_WINDOWS)
     proc = run_ralph("fix", str(repo), "--no-sandbox")

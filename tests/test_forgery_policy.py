@@ -509,6 +509,7 @@ def test_allowed_rules_come_from_tool_ralph_or_ralph_toml(tmp_path):
     assert "allow" not in (refusal([ours], (), None, allow=["harness"]) or "")  # never allowed
 
 
+@pytest.mark.slow
 def test_reading_only_the_changed_statements_finds_what_reading_the_whole_file_does(monkeypatch):
     """The policy parses the top-level statements an edit changed, alone (a one-line edit of a
     100 KB module is not its whole parse): on random edits of a large module (statements added

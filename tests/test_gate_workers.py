@@ -82,6 +82,7 @@ def test_a_good_state_passes_across_two_workers(gate):
     assert "across 2 pytest-xdist workers" in result.detail
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_regression_fails_the_gate_and_stops_it(gate):
     # (named to follow test_two.py: pytest gives them out after it)
@@ -139,6 +140,7 @@ def test_the_workers_command_line_and_main_module_are_python_m_pytests(gate):
     assert result.ok, (result.detail, result.error, [t.message for t in result.tests if t.failing])
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_test_that_never_reports_fails_the_gate_by_name(gate):
     # A hook that drops one test's run: the worker moves on, the run exits 0.
@@ -148,6 +150,7 @@ def test_a_test_that_never_reports_fails_the_gate_by_name(gate):
     assert result.error is not None and "reported nothing (tests/test_one.py::test_double)" in result.error
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_test_that_hangs_in_a_worker_fails_at_the_per_test_limit(gate):
     hangs = "import time\n\n\ndef test_hangs():\n    time.sleep(120)\n"
@@ -157,6 +160,7 @@ def test_a_test_that_hangs_in_a_worker_fails_at_the_per_test_limit(gate):
     assert hung.outcome == "failed" and "per-test limit" in hung.message
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_pytests_machinery_changed_in_a_worker_gives_no_verdict(gate):
     lib = (
@@ -170,6 +174,7 @@ def test_pytests_machinery_changed_in_a_worker_gives_no_verdict(gate):
     )
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_an_internal_error_in_a_worker_gives_no_verdict(gate):
     # xdist's controller says it, drops the worker and exits 0 once the others are done (or, when the
@@ -190,6 +195,7 @@ def test_the_targeted_runs_never_go_across_workers(tmp_path):
     assert outcomes(first) == {"test_in_a_worker": "failed"}
 
 
+@pytest.mark.slow
 @needs_bwrap
 @pytest.mark.parametrize("background", [False, True])
 def test_a_fix_is_committed_through_a_gate_across_workers(make_repo, tmp_path, background):
@@ -287,6 +293,7 @@ def test_gate_workers_is_a_count_or_auto():
 # `ralph bench gate`
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_bench_gate_times_each_worker_count_against_one_process(tmp_path):
     write_files(tmp_path / "p", SUITE)

@@ -10,6 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from ralph.config import RunConfig
 from ralph.gitops import snapshot
 from ralph.session import fix
@@ -44,6 +46,7 @@ def replay(tmp_path: Path, *records: dict) -> str:
     return f"replay:{file}"
 
 
+@pytest.mark.slow
 def test_untracked_files_are_used_by_the_tests_but_not_committed(make_repo, tmp_path):
     files = {
         **BUGGY_WINDOWS,
@@ -75,6 +78,7 @@ def test_include_untracked_commits_them(make_repo, tmp_path):
     assert "notes.txt" in git(repo, "ls-tree", "-r", "--name-only", outcome.branch).split()
 
 
+@pytest.mark.slow
 def test_an_untracked_file_the_fix_edits_is_committed_with_the_fix_only(make_repo, tmp_path):
     """In a repository with nothing committed yet, the fix is in an untracked file: that file goes on
     the branch (the user would commit it), the other untracked files do not."""
@@ -156,6 +160,7 @@ def _kill_free_run(repo: Path, tmp_path: Path, *records: dict, branch: str | Non
 WRONG = BUGGY_WINDOWS["windows.py"].replace("len(xs) - k)", "len(xs) - k - 1)")
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_writing_the_trace_leaves_no_torn_record_and_no_branch_ahead(
     make_repo, tmp_path, monkeypatch
 ):
@@ -195,6 +200,7 @@ def test_a_full_disk_while_writing_the_trace_leaves_no_torn_record_and_no_branch
     assert (proc.returncode == 2 and "finished" not in proc.stderr) or proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_stale_branch_lock_is_named_and_the_trace_still_ends(make_repo, tmp_path):
     import pytest
 
@@ -212,6 +218,7 @@ def test_a_stale_branch_lock_is_named_and_the_trace_still_ends(make_repo, tmp_pa
     assert read_trace(trace)[-1]["type"] == "run_end" and read_trace(trace)[-1]["outcome"] == "error"
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_finished_run_and_bad_budgets(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     outcome = _kill_free_run(
@@ -227,6 +234,7 @@ def test_resume_refuses_a_finished_run_and_bad_budgets(make_repo, tmp_path):
     assert proc.returncode == 2 and "--max-iterations" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_resume_never_verifies_again_what_the_run_rejected(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
     records = [
@@ -253,6 +261,7 @@ def test_resume_never_verifies_again_what_the_run_rejected(make_repo, tmp_path):
     assert second.result.outcome == "goal"
 
 
+@pytest.mark.slow
 def test_what_a_run_killed_with_sigkill_left_is_removed_by_the_next(make_repo, tmp_path):
     import signal
     import sys
@@ -334,6 +343,7 @@ def _crlf_repo(make_repo, autocrlf: bool):
     return repo
 
 
+@pytest.mark.slow
 def test_a_fix_in_a_crlf_file_changes_one_line_and_applies_to_a_clean_tree(make_repo):
     repo = _crlf_repo(make_repo, autocrlf=False)
     outcome = fix(repo, RunConfig(), view=QuietView(notices=False), apply=True)
@@ -342,6 +352,7 @@ def test_a_fix_in_a_crlf_file_changes_one_line_and_applies_to_a_clean_tree(make_
     assert (repo / "windows.py").read_bytes() == FIXED.replace("\n", "\r\n").encode()
 
 
+@pytest.mark.slow
 def test_a_fix_under_autocrlf_is_normalized_on_the_branch_and_crlf_in_the_tree(make_repo):
     repo = _crlf_repo(make_repo, autocrlf=True)
     assert git(repo, "show", "main:windows.py") == BUGGY_WINDOWS["windows.py"]  # stored with LF
@@ -352,6 +363,7 @@ def test_a_fix_under_autocrlf_is_normalized_on_the_branch_and_crlf_in_the_tree(m
     assert (repo / "windows.py").read_bytes() == FIXED.replace("\n", "\r\n").encode()
 
 
+@pytest.mark.slow
 def test_a_file_without_a_final_newline_and_with_a_bom_keeps_both(make_repo, tmp_path):
     source = "\ufeff" + BUGGY_WINDOWS["windows.py"].rstrip("\n")
     repo = make_repo({**BUGGY_WINDOWS, "windows.py": source})

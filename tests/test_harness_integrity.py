@@ -129,6 +129,7 @@ def hidden(code: str) -> str:
     return f"import base64\n\n\n{BUGGY}\n\nexec(base64.b64decode({payload!r}))\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part", sorted(FORGERIES))
 def test_code_under_test_that_rewrites_the_harness_gives_no_verdict(make_repo, tmp_path, part):
     repo = make_repo({**BUGGY_WINDOWS, "pyproject.toml": PERMISSIVE})

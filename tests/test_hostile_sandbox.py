@@ -56,6 +56,7 @@ except OSError:
 """
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_candidate_cannot_write_the_kernels_settings(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
@@ -225,6 +226,7 @@ def test_a_planted_nested_ruff_config_is_never_read_by_the_host(tmp_path):
 # Through the real entry point, as a user runs it
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_the_kernel_settings_probe_through_the_command_line(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)
@@ -290,6 +292,7 @@ def test_a_module_a_candidate_adds_never_runs_in_the_worker(tmp_path):
         _close(warm)
 
 
+@pytest.mark.slow
 def test_no_child_is_readied_on_what_a_requests_tests_wrote(tmp_path):
     """A test writes a conftest that starts a daemon: the readied child would import it, after the
     host's check, on the workspace as the tests left it. It is forked only once the host says the

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from ralph.bench.judge import Hidden, inputs, judge, neighbours
 from tests.conftest import run_ralph
 
@@ -65,6 +67,7 @@ def test_a_fix_that_prints_is_judged_and_a_test_with_no_literal_call_compares_no
     assert verdict["correct"] and verdict["compared"] == 0
 
 
+@pytest.mark.slow
 def test_a_fix_that_catches_everything_forever_is_unfinished_not_correct():
     stubborn = (
         ROW["prompt"]
@@ -74,6 +77,7 @@ def test_a_fix_that_catches_everything_forever_is_unfinished_not_correct():
     assert verdict["unfinished"] == "timed out" and not verdict["correct"]
 
 
+@pytest.mark.slow
 def test_a_fix_that_hangs_or_does_not_import_is_not_correct():
     hangs = ROW["prompt"] + "    while True:\n        pass\n"
     assert judge(hangs, HIDDEN, sys.executable, "bwrap")["hidden"] == "timeout"
@@ -81,6 +85,7 @@ def test_a_fix_that_hangs_or_does_not_import_is_not_correct():
     assert broken["hidden"].startswith("the fix does not import") and not broken["correct"]
 
 
+@pytest.mark.slow
 def test_bench_fix_with_the_example_visible_judges_each_plausible_fix(tmp_path):
     already = {
         **ROW,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ralph.config import RunConfig
 from ralph.session import fix
 from ralph.trace import read_trace
@@ -36,6 +38,7 @@ def _run(repo: Path, tmp_path: Path, *batches: list[dict], **config: object):
     return fix(repo, RunConfig(drafter=f"replay:{file}", **settings), view=QuietView(notices=False))
 
 
+@pytest.mark.slow
 def test_the_first_improving_candidate_in_the_drafters_order_wins(make_repo, tmp_path):
     repo = make_repo(BUGS)
     outcome = _run(
@@ -58,6 +61,7 @@ def test_the_first_improving_candidate_in_the_drafters_order_wins(make_repo, tmp
     assert [c["description"] for c in second["candidates"]] == ["dud", "fix g"]
 
 
+@pytest.mark.slow
 def test_a_later_candidate_still_verifying_is_cancelled_at_its_next_step(make_repo, tmp_path):
     repo = make_repo(BUGS)
     outcome = _run(
@@ -77,6 +81,7 @@ def test_a_later_candidate_still_verifying_is_cancelled_at_its_next_step(make_re
     assert [c["description"] for c in first["candidates"]] == ["fix"]
 
 
+@pytest.mark.slow
 def test_one_job_verifies_one_candidate_at_a_time(make_repo, tmp_path):
     repo = make_repo(BUGS)
     outcome = _run(
@@ -94,6 +99,7 @@ def test_one_job_verifies_one_candidate_at_a_time(make_repo, tmp_path):
     assert "cancelled" not in first
 
 
+@pytest.mark.slow
 def test_a_failed_background_gate_undoes_its_state_on_every_lane(make_repo, tmp_path):
     from tests.test_background_gate import F_FIXED as F_OK
     from tests.test_background_gate import F_FIXED_H_BROKEN, TWO_BUGS

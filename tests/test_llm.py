@@ -123,6 +123,7 @@ def assert_fixed(candidate: Candidate) -> None:
 # --- chat replies through the loopback server ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_edit_wrapped_in_chatter_becomes_a_candidate_with_the_file_before_and_after(server, project):
     server.reply(CHATTY_FIX, usage=(300, 60))
     [candidate] = drafter(server).draft(make_context(project), 1)
@@ -273,6 +274,7 @@ def test_duplicates_and_rejected_edits_are_dropped_but_their_tokens_still_count(
     assert candidates[0].tokens == 150
 
 
+@pytest.mark.slow
 def test_when_every_draft_repeats_a_rejected_edit_the_model_is_told_so(server, project):
     rejected = fixed_fingerprint()
     server.reply(CHATTY_FIX, FIX, usage=(100, 50))
@@ -334,6 +336,7 @@ def test_a_timeout_against_a_local_server_is_not_retried(project, monkeypatch):
     assert len(calls) == 1  # the server is still busy with it: asking again would queue behind it
 
 
+@pytest.mark.slow
 def test_inception_fim_goes_to_its_fim_route_with_the_configured_key(server, project, monkeypatch):
     monkeypatch.setenv("INCEPTION_API_KEY", INCEPTION_KEY)
     server.reply("    total = sum(xs)\n    return total / len(xs)\n", usage=(200, 20))
@@ -494,6 +497,7 @@ def test_a_model_that_cannot_be_reached_whatever_the_retries_is_an_error_at_once
     LLMDrafter("openai/gpt-4o-mini", api_base="http://127.0.0.1:9/v1")  # a local server needs no key
 
 
+@pytest.mark.slow
 def test_a_missing_key_through_the_command_line_is_bad_input_with_no_traceback(make_repo):
     from tests.conftest import BUGGY_WINDOWS
 

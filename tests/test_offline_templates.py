@@ -95,6 +95,7 @@ BUGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_the_offline_drafter_fixes(bug, make_repo):
     repo = make_repo(BUGS[bug])
@@ -125,6 +126,7 @@ def _replayed(repo, tmp_path, texts: tuple[str, ...], **settings: object) -> tup
     return first, tests
 
 
+@pytest.mark.slow
 def test_a_candidate_whose_loop_still_never_ends_is_cut_short(make_repo, tmp_path):
     repo = make_repo(COUNTDOWN)
     still = COUNTDOWN["countdown.py"].replace("n += 1", "n += 2")
@@ -135,6 +137,7 @@ def test_a_candidate_whose_loop_still_never_ends_is_cut_short(make_repo, tmp_pat
     assert tests["duration_ms"] < 4000, tests
 
 
+@pytest.mark.slow
 def test_a_hanging_candidate_takes_no_more_than_a_fair_share_of_the_run(make_repo, tmp_path):
     """Three tests hang at the baseline and still hang with the candidate: cut at a tenth of
     --max-seconds in all (2.5 s), not at 2 s a test."""
@@ -152,6 +155,7 @@ def test_a_hanging_candidate_takes_no_more_than_a_fair_share_of_the_run(make_rep
     assert tests["duration_ms"] < 4500, tests  # 6 s without the fair share
 
 
+@pytest.mark.slow
 def test_a_bug_that_needs_two_edits_is_fixed_once_single_edits_are_spent(make_repo):
     repo = make_repo(
         {
@@ -173,6 +177,7 @@ def test_a_bug_that_needs_two_edits_is_fixed_once_single_edits_are_spent(make_re
     assert [c["meta"]["operator"] for c in accepted] == ["pair"]
 
 
+@pytest.mark.slow
 def test_a_candidate_that_makes_a_quick_test_hang_is_cut_short(make_repo, tmp_path):
     """The baseline's failing test fails at once; a candidate that makes it loop forever is cut at
     ten times the slowest healthy test (at least 2 s), not at the project's 8 s."""

@@ -118,6 +118,7 @@ def test_after_the_first_check_types_come_from_the_same_resident_checker(verifie
     assert v.tools.mypy._proc is not None and v.tools.mypy._proc.pid == first
 
 
+@pytest.mark.slow
 def test_a_type_checker_that_died_is_started_again(verifier):
     v, ws, state = verifier(TYPED, types=True)
     assert v.tools.mypy is not None and v.tools.mypy._proc is not None
@@ -303,6 +304,7 @@ BUGGY_TYPED = {
 }
 
 
+@pytest.mark.slow
 def test_the_type_check_waits_for_an_improvement_unless_the_state_has_type_errors(verifier):
     """A candidate that improves nothing is rejected without a type check; one that fixes a test
     but breaks the types is rejected by it; a state whose error includes a type error has its

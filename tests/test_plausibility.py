@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ralph.config import RunConfig
 from ralph.domain.candidate import FileChange
 from ralph.sandboxes.local import LocalSandbox
@@ -58,6 +60,7 @@ def test_with_warn_it_is_said_in_the_trace_and_accepted(make_repo, tmp_path):
     assert "warning: calc.py:1: parameter `high` becomes unused (ARG001)" in stage["detail"]
 
 
+@pytest.mark.slow
 def test_semantic_is_the_modes_name_and_a_project_can_turn_one_rule_off(make_repo, tmp_path):
     repo = make_repo(CLAMP)
     warned = _run(repo, tmp_path, semantic="warn")

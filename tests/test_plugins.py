@@ -162,6 +162,7 @@ def test_a_sandbox_plugin_lacking_a_member_is_refused_before_it_runs_anything(pl
     assert isinstance(select_sandbox("ralph_test_boxes:Full", tmp_path, [tmp_path]), Full)
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_bad_sandbox_in_one_line(plugins, make_repo):
     repo = make_repo({**BUGGY_WINDOWS})
     status = git(repo, "status", "--porcelain")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import git, run_ralph
 
 RALPH_ROOT = Path(__file__).parent.parent
@@ -17,6 +19,7 @@ BUGGY = {
 }
 
 
+@pytest.mark.slow
 def test_both_hooks_through_pre_commit_try_repo(make_repo, tmp_path):
     """One install of ralph into pre-commit's environment, both hooks on a staged bug: the check fails
     the commit without editing; the fix writes the fix into the working tree and fails so the user
@@ -42,6 +45,7 @@ def test_both_hooks_through_pre_commit_try_repo(make_repo, tmp_path):
     assert git(repo, "show", ":calc.py") == BUGGY["calc.py"]
 
 
+@pytest.mark.slow
 def test_fix_never_writes_a_file_with_unstaged_changes(make_repo):
     repo = make_repo(BUGGY, commit=False)
     git(repo, "add", "-A")
@@ -56,6 +60,7 @@ def test_fix_never_writes_a_file_with_unstaged_changes(make_repo):
     assert "x * 2" in git(repo, "show", f"{branch}:calc.py")
 
 
+@pytest.mark.slow
 def test_a_fix_written_into_the_working_tree_leaves_no_branch_behind(make_repo):
     """The hook runs at every commit: a run whose fix the working tree holds deletes its branch."""
     repo = make_repo({**BUGGY, "notes.txt": "mine\n"})
@@ -80,6 +85,7 @@ def test_check_passes_clean_files_and_leaves_no_caches(make_repo):
     assert git(repo, "status", "--porcelain", "--ignored") == ""
 
 
+@pytest.mark.slow
 def test_fix_judges_what_check_judges_and_lints_only_the_staged_files(make_repo):
     files = {
         "calc.py": "import os\n\n\ndef double(x):\n    return x * 2\n",

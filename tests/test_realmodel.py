@@ -52,6 +52,7 @@ def _model_candidates(records: list[dict]) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_the_real_model_as_the_fast_drafter(make_repo, smol_server):
     repo = make_repo({**ONE_TOKEN_BUG, "pyproject.toml": _models(smol_server)})
     began = time.monotonic()
@@ -76,6 +77,7 @@ def test_the_real_model_as_the_fast_drafter(make_repo, smol_server):
         assert any(r["candidates"] for r in later)
 
 
+@pytest.mark.slow
 def test_the_real_model_as_the_deep_reasoner_behind_the_offline_drafter(make_repo, smol_server):
     repo = make_repo({**MISSING_RETURN, "pyproject.toml": _models(smol_server)})
     out = run_ralph(

@@ -62,6 +62,7 @@ def _rejected_by_the_gate(outcome) -> None:
     assert outcome.branch is None and outcome.result.outcome != "goal"
 
 
+@pytest.mark.slow
 @GATES
 def test_a_fix_right_only_at_the_copys_path_is_rejected_by_the_gate(make_repo, tmp_path, gate):
     repo = _repo(make_repo)
@@ -72,6 +73,7 @@ def test_a_fix_right_only_at_the_copys_path_is_rejected_by_the_gate(make_repo, t
     _rejected_by_the_gate(run_fix(repo, drafter, max_iterations=1, **gate))
 
 
+@pytest.mark.slow
 @GATES
 def test_a_fix_right_only_without_the_users_tmpdir_is_rejected_by_the_gate(
     make_repo, tmp_path, monkeypatch, gate
@@ -89,6 +91,7 @@ def test_a_fix_right_only_without_the_users_tmpdir_is_rejected_by_the_gate(
     assert not any(users.iterdir())  # the tests' files went to the sandbox's private tmpfs
 
 
+@pytest.mark.slow
 @GATES
 def test_a_fix_right_only_with_our_settings_in_sight_is_never_committed(make_repo, tmp_path, gate):
     repo = _repo(make_repo)
@@ -114,6 +117,7 @@ def _own_venv(repo: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 @GATES
 def test_a_true_fix_in_a_repo_with_its_own_venv_is_committed_without_it(make_repo, tmp_path, gate):
     repo = _repo(make_repo, {**BUGGY_WINDOWS, ".gitignore": ".venv/\n"})
@@ -174,6 +178,7 @@ def test_sees():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["gate_warm", "gate_fresh", "gate_workers", "targeted"])
 def test_what_a_test_sees_of_the_run(tmp_path, monkeypatch, runner):
     user, ws, scratch = tmp_path / "repo", tmp_path / "copy" / "ws", tmp_path / "copy" / "scratch"

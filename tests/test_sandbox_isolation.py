@@ -405,6 +405,7 @@ def peak_rss_kb() -> int:
     return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_gigabyte_of_output_is_capped_with_bounded_memory(workspace: Path) -> None:
     code = "import sys\nblock = b'y' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.buffer.write(block)\n"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 SECRET = "sk-test-NEVER-LEAK-0123456789"
 LEAKY = {
     "lib.py": "def answer():\n    return 41\n",
@@ -16,6 +18,7 @@ LEAKY = {
 }
 
 
+@pytest.mark.slow
 def test_a_secret_is_absent_from_child_environments_and_the_run_directory(make_repo):
     repo = make_repo(LEAKY)
     env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "HOME": str(repo)}

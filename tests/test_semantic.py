@@ -71,6 +71,7 @@ def test_api_changes_allowed_accepts_the_break(make_repo, tmp_path):
     assert git(repo, "show", f"{outcome.branch}:calc.py") == DROPS_HIGH
 
 
+@pytest.mark.slow
 def test_the_flag_allows_api_changes_from_the_command_line(make_repo, tmp_path):
     repo = make_repo({"pyproject.toml": PACKAGE, "calc.py": CLAMP, "tests/test_calc.py": TEST})
     drafter = _edits(tmp_path, DROPS_HIGH)
@@ -237,6 +238,7 @@ def test_formatting_is_taken_only_inside_the_edit():
 EXAMPLE = Path(__file__).parent.parent / "examples" / "config_schema"
 
 
+@pytest.mark.slow
 def test_a_declared_check_runs_only_for_the_files_it_declares_and_its_script_is_not_editable(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLE, repo)

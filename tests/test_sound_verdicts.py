@@ -144,6 +144,7 @@ def test_a_ruff_that_stops_giving_a_verdict_fails_the_candidate(tmp_path):
     assert report.failed_stage == "ruff" and "no verdict" in report.reason and "ruff crashed" in report.reason
 
 
+@pytest.mark.slow
 def test_a_ruff_config_broken_at_the_baseline_turns_ruff_off_with_a_notice(make_repo, tmp_path):
     files = {**BUGGY_WINDOWS, "ruff.toml": 'lint.select = ["NOT-A-RULE"]\n'}
     repo = make_repo(files)
@@ -330,6 +331,7 @@ OFF_BY_ONE = {
 }
 
 
+@pytest.mark.slow
 def test_an_off_by_one_range_is_fixed_without_a_ruff_config(make_repo, tmp_path):
     repo = make_repo(OFF_BY_ONE)
     outcome = fix(repo, RunConfig(), view=QuietView(notices=False))
@@ -359,6 +361,7 @@ def test_safe_lint_fixes_are_applied_and_committed(make_repo, tmp_path):
     assert "ruff's safe fixes" in git(repo, "log", "-1", "--format=%B", outcome.branch)
 
 
+@pytest.mark.slow
 def test_a_ruff_toml_in_a_parent_directory_never_applies(make_repo, tmp_path):
     (tmp_path / "ruff.toml").write_text('lint.select = ["ALL"]\n')  # above the repository
     repo = make_repo(OFF_BY_ONE)
@@ -495,6 +498,7 @@ def test_a_sitecustomize_in_the_project_never_runs_in_the_type_checker(tmp_path)
     assert not marker.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "content"),
     [
@@ -575,6 +579,7 @@ def test_a_candidate_that_crashes_python_m_pytest_is_rejected(
     assert outcome.branch is None
 
 
+@pytest.mark.slow
 @needs_bwrap
 @ON_GATE_FAILURE
 def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(
@@ -604,6 +609,7 @@ def test_a_candidate_right_only_when_some_tests_are_run_is_rejected(
     assert outcome.branch is None
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_candidate_that_breaks_a_passing_test_only_in_the_whole_suite_never_reaches_the_branch(
     make_repo, tmp_path

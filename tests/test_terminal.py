@@ -36,6 +36,7 @@ def test_a_missing_module_is_called_an_environment_problem(make_repo):
     assert "cannot import nosuchpkg_for_ralph" in out and "--python" in out
 
 
+@pytest.mark.slow
 def test_a_stalled_offline_run_suggests_a_model_and_counts_the_baseline_in_its_time(make_repo):
     repo = make_repo(UNFIXABLE)
     proc = run_ralph("fix", str(repo), "--max-iterations", "30")
@@ -59,6 +60,7 @@ def test_a_run_its_budget_stopped_says_what_it_tried_and_what_to_try_next(make_r
     assert "next: more iterations (--max-iterations 2), or a model: --drafter PROVIDER/MODEL" in out
 
 
+@pytest.mark.slow
 def test_an_accept_whose_gate_is_pending_says_so_and_its_undo_shows(make_repo, tmp_path):
     from tests.test_background_gate import BREAK_THEN_FIX, _replay
 
@@ -76,6 +78,7 @@ def test_an_accept_whose_gate_is_pending_says_so_and_its_undo_shows(make_repo, t
     assert "accepted: remaining error 1 -> 0" in gated.stdout and "pending" not in gated.stdout
 
 
+@pytest.mark.slow
 def test_json_names_what_still_fails(make_repo):
     repo = make_repo(UNFIXABLE)
     proc = run_ralph("fix", str(repo), "--json", "--max-iterations", "1", "--check", "test -f NOTES")
@@ -107,6 +110,7 @@ class Recorder:
         self.lines.append(text)
 
 
+@pytest.mark.slow
 def test_the_baseline_shows_how_far_it_is_and_announces_a_test_nearing_its_limit(make_repo):
     slow = "import time\n\n\ndef test_slow():\n    time.sleep(7)\n"
     repo = make_repo({**BUGGY_WINDOWS, "tests/test_slow.py": slow})
@@ -147,6 +151,7 @@ def test_ralph_clean_deletes_merged_branches_and_keeps_unmerged_ones(make_repo):
     assert git(repo, "branch", "--list", "ralph/*").strip() == ""
 
 
+@pytest.mark.slow
 def test_ralph_doctor_is_a_readable_table_and_says_what_auto_is(tmp_path):
     proc = run_ralph("doctor", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -157,6 +162,7 @@ def test_ralph_doctor_is_a_readable_table_and_says_what_auto_is(tmp_path):
     assert data["drafter_resolves_to"] == "mutation" and isinstance(data["problems"], list)
 
 
+@pytest.mark.slow
 def test_report_compare_with_one_drafter_says_so_and_plot_says_where(make_repo, tmp_path):
     pytest.importorskip("matplotlib")
     outcome = fix(make_repo(BUGGY_WINDOWS), RunConfig(), view=Recorder())
@@ -168,6 +174,7 @@ def test_report_compare_with_one_drafter_says_so_and_plot_says_where(make_repo, 
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_every_command_help_shows_its_defaults():
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     for command in (["fix"], ["ci"], ["report"], ["bench", "verify"], ["clean"]):
@@ -192,6 +199,7 @@ def piped(*args: str, into: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, into", [((), "head -1"), (("--json",), "true")])
 def test_a_reader_that_stops_reading_changes_nothing_of_the_run(make_repo, args, into):
     """`ralph fix | head -1`: the output the reader did not take is dropped, quietly, and the run goes
@@ -209,6 +217,7 @@ def test_a_reader_that_stops_reading_changes_nothing_of_the_run(make_repo, args,
     assert git(repo, "status", "--porcelain") == status
 
 
+@pytest.mark.slow
 def test_the_summary_is_never_wrapped_or_cut_when_the_output_is_not_a_terminal(make_repo):
     repo = make_repo(BUGGY_WINDOWS, name="a-repository-with-a-long-name-" + "x" * 70)
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}

@@ -66,6 +66,7 @@ def _alive(pids: set[int]) -> set[int]:
     return {p for p in pids if (fields := _stat(p)) is not None and fields[0] != "Z"}
 
 
+@pytest.mark.slow
 def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_path):
     repo = make_repo(UNFIXABLE)
     status = git(repo, "status", "--porcelain")
@@ -111,6 +112,7 @@ def test_trace_is_parseable_after_the_process_is_killed_mid_run(make_repo, tmp_p
     assert git(repo, "status", "--porcelain") == status
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("own_trace", [False, True], ids=["run-folder", "--trace FILE"])
 def test_ctrl_c_records_interrupted_exits_130_and_says_how_to_resume(make_repo, tmp_path, own_trace):
     repo = make_repo(UNFIXABLE)
@@ -160,6 +162,7 @@ TWO_BUGS = {
 }
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_where_it_stopped(make_repo):
     repo = make_repo(TWO_BUGS)
     proc = subprocess.Popen(

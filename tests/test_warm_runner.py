@@ -259,6 +259,7 @@ def test_a_failure_message_names_the_projects_frames_and_the_assertion(validator
     assert "assert answer() == 41" in message and "assert 42 == 41" in message
 
 
+@pytest.mark.slow
 def test_tests_that_failed_lately_then_tests_named_after_the_change_run_first(tmp_path):
     write_files(
         tmp_path,
@@ -330,6 +331,7 @@ def test_a_readied_child_reports_a_missing_test_as_pytest_does(validator):
     assert validator.warm.readied == 1 and codes == [4, 4]
 
 
+@pytest.mark.slow
 def test_a_run_naming_its_tests_builds_items_for_those_alone(tmp_path: Path):
     # Each function the run builds items for is parametrized through the hook, which logs its name.
     write_files(

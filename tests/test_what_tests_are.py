@@ -11,6 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from ralph.validators import toolchain as toolchain_module
 from ralph.validators.policy import collected_files, doctest_edits, named_by_tests, project_tests
 from ralph.validators.toolchain import PLUGIN_DIR, Toolchain
@@ -41,6 +43,7 @@ def test_a_file_pytest_collected_because_addopts_names_it_is_a_test(make_repo, t
     assert "spec/check_windows.py" in refused_as_a_test_edit(run_fix(repo, drafter, max_iterations=1))
 
 
+@pytest.mark.slow
 def test_a_doctests_examples_are_tests(make_repo, tmp_path):
     documented = BUGGY.replace(
         "def sliding_sums(xs, k):\n",
@@ -181,6 +184,7 @@ def test_our_plugins_load_from_a_private_copy_when_they_lie_in_the_users_reposit
     assert elsewhere.plugin_dir == PLUGIN_DIR
 
 
+@pytest.mark.slow
 def test_the_gate_never_runs_a_candidates_copy_of_our_plugin(make_repo, tmp_path, monkeypatch):
     """ralph run from the repository it fixes (an editable install): the gate shows the workspace at
     the repository's path, where the plugin the candidate rewrote to report passes lies."""
