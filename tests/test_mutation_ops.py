@@ -6,7 +6,7 @@ import ast
 import difflib
 from collections.abc import Callable
 
-from ralph.drafters.mutation_ops import MAX_MUTANTS_PER_LINE, Mutant, generate_mutants
+from ralph.drafters.mutation_ops import MAX_MUTANTS_PER_LINE, Mutant, default_variants, generate_mutants
 
 SAMPLE = '''\
 """A small module with a bit of everything."""
@@ -199,6 +199,7 @@ def test_annotations_are_left_alone() -> None:
         "def f(x: list[int] = 2) -> dict[str, int]:",
         "def f(x: list[int] = 5) -> dict[str, int]:",
         "def f(x: list[int] = 1) -> dict[str, int]:",
+        "def f(x: list[int] = None) -> dict[str, int]:",  # (the default, not its annotation)
     }
 
 
@@ -490,7 +491,54 @@ def test_a_parameter_default_is_swapped_for_what_it_may_have_meant():
     assert "line 1: `0` -> `1`" in _described(source, [1], "const_off_by_one")
     # One parameter a line: the defaults are the `def` line's still.
     black = "def page(\n    items,\n    number: int = 0,\n):\n    return items[number]\n"
-    assert _described(black, [1], "default_swap") == ["line 3: default `0` -> `None`"]
+    assert _described(black, [1], "default_swap") == [
+        "line 3: default `0` -> `1`",
+        "line 3: default `0` -> `-1`",
+        "line 3: default `0` -> `None`",
+    ]
+
+
+def test_a_default_of_every_literal_type_is_varied():
+    def variants(text: str, expected: tuple[str, ...] = ()) -> list[str]:
+        return default_variants(ast.parse(text, mode="eval").body, text, expected)
+
+    assert variants("1.0") == ["2.0", "0.0", "0.5", "None"]
+    assert variants("-2.5") == ["-1.5", "-3.5", "-5.0", "-1.25", "0.0", "None"]
+    assert variants("-1") == ["0", "-2", "None"]  # (a UnaryOp, not a Constant)
+    assert variants("0x10") == ["0x11", "0xf", "None"]
+    assert variants("True") == ["False", "None"]
+    assert variants("'fast'", ("slow", "fast")) == ["''", "'slow'", "None"]
+    assert variants('""') == ["None"]
+    assert variants("None") == ["0", '""', "[]"]
+    assert variants("{}") == ["None"]
+    assert variants("LIMIT") == variants("...") == variants("f(1)") == []
+
+
+def test_a_default_on_a_line_of_its_own_is_varied_for_the_def_line():
+    source = (
+        "def scale(\n"
+        "    values: list[float],\n"
+        "    factor: float = 1.0,\n"
+        "    *,\n"
+        '    mode: str = "fast",\n'
+        "    debug=False,\n"
+        ") -> list[float]:\n"
+        "    return [v * factor for v in values]\n"
+    )
+    found = _described(source, [8, 1], "default_swap")
+    assert found == [
+        "line 3: default `1.0` -> `2.0`",
+        "line 3: default `1.0` -> `0.0`",
+        "line 3: default `1.0` -> `0.5`",
+        "line 3: default `1.0` -> `None`",
+        'line 5: default `"fast"` -> `""`',  # keyword-only
+        'line 5: default `"fast"` -> `None`',
+        "line 6: default `False` -> `True`",
+        "line 6: default `False` -> `None`",
+    ]
+    assert _described(source, [8], "default_swap") == []  # only for the `def` line
+    twice = [m for m in generate_mutants(source, [8, 1]) if m.description.endswith("`2.0`")]
+    assert twice[0].source == source.replace("= 1.0", "= 2.0")
 
 
 def test_a_string_constant_becomes_another_of_the_module_in_its_own_quotes():

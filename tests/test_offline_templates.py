@@ -92,7 +92,27 @@ BUGS = {
             "def test_no_values():\n    assert average([]) == 0\n"
         ),
     },
+    "float_default_on_a_line_of_its_own": {
+        "scaling.py": (
+            "def scale(\n"
+            "    values: list[float],\n"
+            "    factor: float = 1.0,\n"
+            "    offset: float = 0.0,\n"
+            ") -> list[float]:\n"
+            '    """Each value times `factor` (doubled unless told otherwise), plus `offset`."""\n'
+            "    return [v * factor + offset for v in values]\n"
+        ),
+        "tests/test_scaling.py": (
+            "from scaling import scale\n\n\n"
+            "def test_doubles_by_default():\n    assert scale([1.0, 2.5]) == [2.0, 5.0]\n\n\n"
+            "def test_an_explicit_factor():\n    assert scale([1.0], 3.0, 1.0) == [4.0]\n"
+        ),
+    },
 }
+
+
+# The template that must make the fix, where the bug was found unfixed before that template was made.
+FIXED_BY = {"float_default_on_a_line_of_its_own": "default_swap"}
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
@@ -101,6 +121,18 @@ def test_the_offline_drafter_fixes(bug, make_repo):
     # The default budget (20 iterations of 4 candidates), as a new user runs it.
     outcome = fix(repo, RunConfig(drafter="mutation"), view=QuietView(notices=False))
     assert outcome.result.outcome == "goal", bug
+    if bug in FIXED_BY:
+        assert _accepted_operators(outcome.trace) == [FIXED_BY[bug]]
+
+
+def _accepted_operators(trace) -> list[str]:
+    return [
+        c["meta"]["operator"]
+        for r in read_trace(trace)
+        if r["type"] == "iteration"
+        for c in r["candidates"]
+        if c["verdict"] == "accepted"
+    ]
 
 
 COUNTDOWN = {
@@ -163,14 +195,7 @@ def test_a_bug_that_needs_two_edits_is_fixed_once_single_edits_are_spent(make_re
     )
     outcome = fix(repo, RunConfig(drafter="mutation", max_iterations=25), view=QuietView(notices=False))
     assert outcome.result.outcome == "goal"
-    accepted = [
-        c
-        for r in read_trace(outcome.trace)
-        if r["type"] == "iteration"
-        for c in r["candidates"]
-        if c["verdict"] == "accepted"
-    ]
-    assert [c["meta"]["operator"] for c in accepted] == ["pair"]
+    assert _accepted_operators(outcome.trace) == ["pair"]
 
 
 def test_a_candidate_that_makes_a_quick_test_hang_is_cut_short(make_repo, tmp_path):

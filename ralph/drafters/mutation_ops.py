@@ -15,6 +15,7 @@ import bisect
 import builtins
 import contextlib
 import functools
+import math
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_SUBSTITUTIONS_PER_NAME",
     "Mutant",
     "combine",
+    "default_variants",
     "generate_mutants",
 ]
 
@@ -153,12 +155,10 @@ COSTS = {
     "expected_string": 2,
 }
 
-# What a parameter's default may have been meant to be, by what it is now.
+# What a parameter's default may have been meant to be, when it is None or an empty container
+# (numbers, strings and truth values: `default_variants`).
 _DEFAULT_SWAPS: dict[str, tuple[str, ...]] = {
     "None": ("0", '""', "[]"),
-    "0": ("None",),  # (and 1, -1 through const_off_by_one)
-    '""': ("None",),
-    "''": ("None",),
     "[]": ("None",),
     "{}": ("None",),
     "()": ("None",),
@@ -344,6 +344,42 @@ def _pair(node: ast.AST) -> bool:
 def _literal(value: str, quote: str) -> str:
     """`value` (printable) as a string literal in `quote`s."""
     return quote + value.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
+
+
+def default_variants(default: ast.expr, text: str, expected: Sequence[str] = ()) -> list[str]:
+    """What a parameter's default, written `text`, may have been meant to be: a number one either
+    way, a float also doubled, halved or zero; a truth value flipped; a string empty or one the
+    failing tests compared with (`expected`), in its own quotes; None for any of these, and for None
+    or an empty container what `_DEFAULT_SWAPS` says."""
+    if text in _DEFAULT_SWAPS:
+        return list(_DEFAULT_SWAPS[text])
+    value = default.value if isinstance(default, ast.Constant) else None
+    number = _signed_number(default)
+    found: list[str] = []
+    if isinstance(value, bool):
+        found = [str(not value)]
+    elif isinstance(number, float):
+        steps = (number + 1, number - 1, number * 2, number / 2, 0.0)
+        found = [repr(v) for v in steps if math.isfinite(v) and v != number]
+    elif isinstance(number, int):
+        literal = text if isinstance(default, ast.Constant) else ""
+        found = [_format_int(v, literal) for v in (number + 1, number - 1)]
+    elif isinstance(value, str) and text[:1] in ("'", '"') and not text.startswith(text[0] * 3):
+        found = [_literal(s, text[0]) for s in ("", *expected) if s != value and s.isprintable()]
+    elif value is None or value is Ellipsis:
+        return []  # (names, calls, a `...` sentinel: no literal to vary)
+    return list(dict.fromkeys(f for f in [*found, "None"] if f != text))
+
+
+def _signed_number(node: ast.expr) -> int | float | None:
+    """The int or float a literal (`2`, `1.5`, `-1`, `+0.5`) stands for; None for anything else."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        sign = -1 if isinstance(node.op, ast.USub) else 1
+        node = node.operand
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return sign * node.value
+    return None
 
 
 @functools.lru_cache(maxsize=8)
@@ -1155,14 +1191,15 @@ class _Collector:
             self._replace_node(node, _literal(variant, quote), "string_variant")
 
     def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        """A parameter's default -> what it may have been meant to be (`page=0` -> `None`, ...);
-        numbers also go through `const_off_by_one`."""
+        """A parameter's default, keyword-only ones too -> what it may have been meant to be
+        (`default_variants`), anchored at the `def` line: a signature split over several lines has
+        its defaults below it, where no coverage ranks a line."""
         for default in [*node.args.defaults, *node.args.kw_defaults]:
             if default is None:
                 continue
             old = self.text.text(default)
             start, end = self.text.span(default)
-            for new in _DEFAULT_SWAPS.get(old, ()):  # anchored at the `def` line, wherever it sits
+            for new in default_variants(default, old, self.expected):
                 self._add(node, start, end, new, "default_swap", f"default `{old}` -> `{new}`")
 
     def _add_return(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
