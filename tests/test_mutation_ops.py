@@ -360,14 +360,16 @@ def test_var_substitution_uses_same_scope_names() -> None:
         "    d = [k for k in range(3)]\n"
         "    return c * b\n"
     )
-    mutants = by_operator(generate_mutants(source, [10]), "var_substitute")
-    replaced = [m.description for m in mutants]
-    assert replaced == [
+    mutants = generate_mutants(source, [10])
+    replaced = [m.description for m in by_operator(mutants, "var_substitute")]
+    # `f`'s names only (not `GLOBAL`, `k`, `hidden`); `c` and `b` are operands, so the substitutes
+    # `operand_substitute` takes (all but the other operand) are made under its name.
+    operands = [m.description for m in by_operator(mutants, "operand_substitute")]
+    assert replaced == ["line 10: `c` -> `b`", "line 10: `b` -> `c`"]
+    assert operands == [
         "line 10: `c` -> `d`",  # bound nearest to the use first
         "line 10: `c` -> `a`",
-        "line 10: `c` -> `b`",
         "line 10: `b` -> `d`",
-        "line 10: `b` -> `c`",
         "line 10: `b` -> `a`",
     ]
     module_level = by_operator(generate_mutants(source, [4]), "var_substitute")
@@ -418,8 +420,38 @@ def test_a_substitution_is_kept_whenever_the_types_may_agree() -> None:
         ),
     ]
     for source, line, wanted in cases:
-        replaced = [m.description for m in by_operator(generate_mutants(source, [line]), "var_substitute")]
+        mutants = generate_mutants(source, [line])
+        replaced = [m.description for m in mutants if m.operator in ("var_substitute", "operand_substitute")]
         assert f"line {line}: {wanted}" in replaced, (source, replaced)
+
+
+def test_an_operand_becomes_another_operand_of_its_function_a_namesake_first() -> None:
+    source = (
+        "def rescale(value, old_min, old_max, new_min, new_max, label):\n"
+        "    ratio = (value - old_min) / (old_max - old_min)\n"
+        "    print(label)\n"
+        "    return new_min + ratio * (new_max - old_min)\n"
+    )
+    found = _described(source, [4], "operand_substitute")
+    # A word shared (`min`, `old`), then used nearest; never the other operand (`new_max - new_max`)
+    # nor a name the function uses in no operation (`label`).
+    assert [d for d in found if d.startswith("line 4: `old_min`")] == [
+        "line 4: `old_min` -> `new_min`",
+        "line 4: `old_min` -> `old_max`",
+        "line 4: `old_min` -> `ratio`",
+        "line 4: `old_min` -> `value`",
+    ]
+    [fixed] = [m for m in generate_mutants(source, [4]) if m.description == "line 4: `old_min` -> `new_min`"]
+    assert fixed.source == source.replace("(new_max - old_min)", "(new_max - new_min)")
+    # A parameter read nowhere is a candidate too (`high`); one read elsewhere only is not (`name`).
+    compared = "def within(x, low, high, name):\n    print(name)\n    return low <= x and x <= low\n"
+    assert _described(compared, [3], "operand_substitute") == [
+        "line 3: `low` -> `high`",
+        "line 3: `x` -> `high`",
+        "line 3: `x` -> `high`",
+        "line 3: `low` -> `high`",
+    ]
+    assert _described("a = 1\nb = 2\nc = a + b\n", [3], "operand_substitute") == []  # (a function's)
 
 
 def test_var_substitution_is_bounded_per_name() -> None:

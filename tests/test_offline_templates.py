@@ -108,11 +108,28 @@ BUGS = {
             "def test_an_explicit_factor():\n    assert scale([1.0], 3.0, 1.0) == [4.0]\n"
         ),
     },
+    "operand_of_the_wrong_range": {
+        "ranges.py": (
+            "def rescale(value, old_min, old_max, new_min, new_max):\n"
+            '    """`value` from [old_min, old_max] mapped linearly onto [new_min, new_max]."""\n'
+            "    ratio = (value - old_min) / (old_max - old_min)\n"
+            "    return new_min + ratio * (new_max - old_min)\n"
+        ),
+        "tests/test_ranges.py": (
+            "from ranges import rescale\n\n\n"
+            "def test_rescale():\n    assert rescale(5, 0, 10, 100, 200) == 150\n\n\n"
+            "def test_the_ends():\n"
+            "    assert rescale(0, 0, 10, 1, 3) == 1\n    assert rescale(10, 0, 10, 1, 3) == 3\n"
+        ),
+    },
 }
 
 
 # The template that must make the fix, where the bug was found unfixed before that template was made.
-FIXED_BY = {"float_default_on_a_line_of_its_own": "default_swap"}
+FIXED_BY = {
+    "float_default_on_a_line_of_its_own": "default_swap",
+    "operand_of_the_wrong_range": "operand_substitute",
+}
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))

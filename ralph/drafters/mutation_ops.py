@@ -134,6 +134,7 @@ COSTS = {
     "swap_operands": 3,
     "unary_remove": 3,
     "var_substitute": 3,
+    "operand_substitute": 2,
     "delete_statement": 4,
     "drop_arg": 1,
     "default_swap": 2,
@@ -377,9 +378,8 @@ def _signed_number(node: ast.expr) -> int | float | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         sign = -1 if isinstance(node.op, ast.USub) else 1
         node = node.operand
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return sign * node.value
-    return None
+    value = node.value if isinstance(node, ast.Constant) else None
+    return sign * value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @functools.lru_cache(maxsize=8)
@@ -435,6 +435,20 @@ def _emptiable_uses(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterato
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SIZED_CALLS:
             found = list(node.args[:1])
         yield from (n for n in found if isinstance(n, ast.Name))
+
+
+def _operand_pairs(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+    """The (left, right) operands of a binary operation, or of each comparison of a chain."""
+    if isinstance(node, ast.BinOp):
+        return [(node.left, node.right)]
+    if isinstance(node, ast.Compare):
+        return list(zip([node.left, *node.comparators], node.comparators, strict=False))
+    return []
+
+
+def _words(name: str) -> set[str]:
+    """The words of a snake_case name (`old_min` -> {"old", "min"})."""
+    return {word for word in name.lower().split("_") if word}
 
 
 def _is_generator(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -676,6 +690,7 @@ class _Collector:
         self.call_funcs: set[int] = set()  # ids of Names called as functions
         self.bindings: dict[int, dict[str, int]] = {}  # scope id -> name -> first binding line
         self.types: dict[int, dict[str, str]] = {}  # scope id -> name -> its one known type
+        self.operands: dict[int, dict[str, list[int]]] = {}  # scope id -> operand name -> its lines
         self.region: _Region | None = None  # re-parse region for the edits of the current node
 
     def collect(self) -> list[_Edit]:
@@ -948,10 +963,12 @@ class _Collector:
             return
         if isinstance(node, ast.BinOp):
             self._binop(node)
+            self._substitute_operands(node, scope)
         elif isinstance(node, ast.AugAssign):
             self._augassign(node, scope)
         elif isinstance(node, ast.Compare):
             self._compare(node)
+            self._substitute_operands(node, scope)
         elif isinstance(node, ast.BoolOp):
             self._boolop(node)
         elif isinstance(node, ast.UnaryOp):
@@ -1138,8 +1155,13 @@ class _Collector:
             return
         self._substitute(node, scope)
 
-    def _substitute(self, node: ast.Name, scope: ast.AST) -> None:
-        """The name -> another bound in its scope."""
+    def _substitute(
+        self, node: ast.Name, scope: ast.AST, operator: str = "var_substitute", beside: str = ""
+    ) -> None:
+        """The name -> another bound in its scope. `operand_substitute` (an operand of an operation
+        in a function): only names the function uses as operands too, never `beside` (the other
+        operand: `b - b`), those sharing a word with it first (`old_min` -> `new_min`), then those
+        used nearest."""
         if node.id in _NEVER_SUBSTITUTED or self.text.text(node) != node.id:
             return
         bindings = self._scope_bindings(scope)
@@ -1148,6 +1170,9 @@ class _Collector:
         line = node.lineno
         types = self._scope_types(scope)
         own = types.get(node.id)
+        narrow = operator == "operand_substitute"
+        operands = self._scope_operands(scope) if narrow else {}
+        words = _words(node.id)
         candidates = sorted(
             (
                 name
@@ -1156,9 +1181,13 @@ class _Collector:
                 and name not in _NEVER_SUBSTITUTED
                 # Of another known type than the name's: seldom the fix (`total` for `items`).
                 and not (own and types.get(name) and types[name] != own)
+                and (not narrow or (name in operands and name != beside))
             ),
-            # Names of the same type first, then names bound before the use, closest first.
+            # (Operands: a word shared, then used nearest;) names of the same type first, then names
+            # bound before the use, closest first.
             key=lambda name: (
+                -len(words & _words(name)) if narrow else 0,
+                min(abs(n - line) for n in operands[name]) if narrow else 0,
                 not own or types.get(name) != own,
                 bindings[name] > line,
                 abs(bindings[name] - line),
@@ -1167,7 +1196,42 @@ class _Collector:
             ),
         )
         for name in candidates[:MAX_SUBSTITUTIONS_PER_NAME]:
-            self._replace_node(node, name, "var_substitute")
+            self._replace_node(node, name, operator)
+
+    def _substitute_operands(self, node: ast.BinOp | ast.Compare, scope: ast.AST) -> None:
+        """Each name operand of a function's operation -> another the function uses as an operand
+        (`new_max - old_min` meant `new_max - new_min`)."""
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return
+        for left, right in _operand_pairs(node):
+            for name, other in ((left, right), (right, left)):
+                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load):
+                    beside = other.id if isinstance(other, ast.Name) else ""
+                    self._substitute(name, scope, "operand_substitute", beside)
+
+    def _scope_operands(self, scope: ast.AST) -> dict[str, list[int]]:
+        """The names the function uses as an operand (of arithmetic, a comparison, an augmented
+        assignment, a sign), with the lines where: numbers, most likely, or alike at least; and
+        those it binds and never reads (an unused parameter), with the line that binds them."""
+        cached = self.operands.get(id(scope))
+        if cached is None and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            cached, read = {}, set()
+            for node in _own_nodes(scope):
+                parts: list[ast.expr] = [p for pair in _operand_pairs(node) for p in pair]
+                if isinstance(node, ast.AugAssign):
+                    parts = [node.target, node.value]
+                elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+                    parts = [node.operand]
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    read.add(node.id)
+                for part in parts:
+                    if isinstance(part, ast.Name):
+                        cached.setdefault(part.id, []).append(part.lineno)
+            for name, line in self._scope_bindings(scope).items():
+                if name not in read and name not in cached:
+                    cached[name] = [line]
+            self.operands[id(scope)] = cached
+        return cached or {}
 
     def _string(self, node: ast.Constant, value: str) -> None:
         """A string constant -> another of the module's (`merged["port"]` meant `merged["timeout"]`),
