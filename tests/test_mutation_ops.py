@@ -692,3 +692,75 @@ def test_a_string_the_failing_test_compared_with_replaces_a_constant_first():
     ]
     assert swaps == ["def label():\n    return 'color'\n"]
     assert not [m for m in generate_mutants(source, [2]) if m.operator == "expected_string"]
+
+
+CIPHER = (
+    "def encode(text, shift):\n"
+    "    return ''.join(chr((ord(c) - 97 + shift) % 25 + 97) for c in text)\n"
+    "\n\n"
+    "def decode(text, shift):\n"
+    "    return ''.join(chr((ord(c) - 97 - shift) % 25 + 97) for c in text)\n"
+    "\n\n"
+    "def wrap(n):\n"
+    "    return n % 7\n"
+)
+
+
+def test_the_same_edit_is_made_at_every_site_of_its_shape_as_one_mutant():
+    everywhere = by_operator(generate_mutants(CIPHER, [2]), "everywhere")
+    [both] = [m for m in everywhere if "`25` -> `26`" in m.description]
+    assert both.source == CIPHER.replace("% 25", "% 26")
+    assert both.description == "line 2: `25` -> `26` at every `... % 25` (lines 2, 6)"
+    assert both.at == 2 and both.cost > 1
+    assert "line 2: `%` -> `//` at every `... % 25` (lines 2, 6)" in [m.description for m in everywhere]
+    # A shape at one site (`n % 7`), or not on a wanted line: no such mutant.
+    assert by_operator(generate_mutants(CIPHER, [10]), "everywhere") == []
+    assert by_operator(generate_mutants(CIPHER, [1, 5, 9]), "everywhere") == []
+
+    # Fixed: the two functions a round trip again, which no single edit of them makes.
+    def round_trip(source: str) -> bool:
+        encode, decode = load(source, "encode"), load(source, "decode")
+        return all(decode(encode(word, 3), 3) == word for word in ("xyz", "abc"))
+
+    singles = [m for m in generate_mutants(CIPHER, [2, 6]) if m.operator != "everywhere"]
+    assert round_trip(both.source) and not [m for m in singles if _runs(round_trip, m.source)]
+
+
+def _runs(check: Callable[[str], bool], source: str) -> bool:
+    try:
+        return check(source)
+    except Exception:
+        return False
+
+
+def test_an_operator_or_a_name_changes_at_every_site_that_parses_around_it():
+    source = (
+        "LIMIT = 3\nMAX = 5\n\n\ndef a(i, n):\n    return i < LIMIT\n\n\n"
+        "def b(i):\n    if i < LIMIT:\n        if i < LIMIT:\n            return 1\n"
+        "    elif i < LIMIT:\n        return 2\n"
+    )
+    found = {m.description: m.source for m in generate_mutants(source, [6]) if m.operator == "everywhere"}
+    lines = "(lines 6, 10, 11, 13)"
+    assert found[f"line 6: `<` -> `<=` at every `i < LIMIT` {lines}"] == source.replace(
+        "i < LIMIT", "i <= LIMIT"
+    )
+    assert found[f"line 6: `LIMIT` -> `MAX` at every `... < LIMIT` {lines}"] == source.replace(
+        "< LIMIT", "< MAX"
+    )
+    assert not [d for d in found if "-> `i`" in d or "-> `LIMIT`" in d]  # never `i < i`
+    assert not [d for d in found if "-> `n`" in d]  # (`a`'s own parameter is not visible in `b`)
+
+
+def test_a_shape_at_too_many_sites_and_too_many_shapes_are_bounded():
+    from ralph.drafters.mutation_ops import MAX_EVERYWHERE, MAX_SITES
+
+    many = "".join(f"def f{i}(x):\n    return x % 25\n\n\n" for i in range(MAX_SITES + 1))
+    assert by_operator(generate_mutants(many, [2]), "everywhere") == []
+    busy = "".join(
+        f"def f{i}(x, y):\n"
+        + "".join(f"    y = x % {k} + y * {k}\n" for k in range(20))
+        + "    return y\n\n\n"
+        for i in range(2)
+    )
+    lines = list(range(2, 22))
+    assert len(by_operator(generate_mutants(busy, lines), "everywhere")) == MAX_EVERYWHERE

@@ -122,6 +122,26 @@ BUGS = {
             "    assert rescale(0, 0, 10, 1, 3) == 1\n    assert rescale(10, 0, 10, 1, 3) == 3\n"
         ),
     },
+    "the_same_slip_in_two_functions": {
+        "cipher.py": "\n\n".join(
+            f"def caesar_{name}(text: str, shift: int) -> str:\n"
+            "    out = []\n"
+            "    for c in text:\n"
+            "        if c.isalpha():\n"
+            "            base = ord('a') if c.islower() else ord('A')\n"
+            f"            out.append(chr((ord(c) - base {sign} shift) % 25 + base))\n"
+            "        else:\n"
+            "            out.append(c)\n"
+            "    return ''.join(out)\n"
+            for name, sign in (("encode", "+"), ("decode", "-"))
+        ),
+        "tests/test_cipher.py": (
+            "from cipher import caesar_decode, caesar_encode\n\n\n"
+            "def test_round_trip():\n"
+            "    for word in ('hello', 'Zebra', 'xyz'):\n"
+            "        assert caesar_decode(caesar_encode(word, 3), 3) == word\n"
+        ),
+    },
 }
 
 
@@ -129,6 +149,7 @@ BUGS = {
 FIXED_BY = {
     "float_default_on_a_line_of_its_own": "default_swap",
     "operand_of_the_wrong_range": "operand_substitute",
+    "the_same_slip_in_two_functions": "everywhere",
 }
 
 
