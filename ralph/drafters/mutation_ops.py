@@ -39,7 +39,7 @@ MAX_SUBSTITUTIONS_PER_NAME = 6
 # The same edit at every site of a shape (`everywhere`): a shape at more sites than this is too
 # common to be one slip repeated; at most so many such edits a call, names at most so many a site.
 MAX_SITES = 8
-MAX_EVERYWHERE = 24
+MAX_EVERYWHERE = 12
 MAX_EVERYWHERE_NAMES = 3
 
 
@@ -501,9 +501,9 @@ def _shapes(site: _Site) -> list[_Shape]:
     return found
 
 
-def _may_repeat(shape: _Shape, source: str) -> bool:
-    """Whether the text of `source` may hold the shape twice: its operand(s) next to its operator
-    (`x < limit`, `% 25`) at least twice; a cheap test before the walk that finds them."""
+def _shape_text(shape: _Shape) -> re.Pattern[str]:
+    """Where the text of a module may hold `shape`: its operand(s) next to its operator (`x < limit`,
+    `% 25`); a cheap test before a walk of the module (never one with a comment in between)."""
     _, left, op, right = shape
     gap = r"[\s()\\]*"
     text = r"\s+".join(map(re.escape, op.split()))
@@ -511,7 +511,13 @@ def _may_repeat(shape: _Shape, source: str) -> bool:
         text = rf"{re.escape(left)}{gap}{text}"  # (`ax < ` too: a test, not a count)
     if right != "*":
         text = rf"{text}{gap}{re.escape(right)}(?![\w.])"
-    return len(list(itertools.islice(re.finditer(text, source), 2))) == 2
+    return re.compile(text)
+
+
+def _any_in(lines: list[int], start: int, end: int) -> bool:
+    """Whether the sorted `lines` hold one from `start` to `end`."""
+    index = bisect.bisect_left(lines, start)
+    return index < len(lines) and lines[index] <= end
 
 
 def _words(name: str) -> set[str]:
@@ -861,8 +867,7 @@ class _Collector:
         return self._any_wanted(start, end)
 
     def _any_wanted(self, start: int, end: int) -> bool:
-        index = bisect.bisect_left(self.sorted_wanted, start)
-        return index < len(self.sorted_wanted) and self.sorted_wanted[index] <= end
+        return _any_in(self.sorted_wanted, start, end)
 
     # --- edit construction -------------------------------------------------------------------
 
@@ -1041,11 +1046,15 @@ class _Collector:
         number one either way (`% 25` -> `% 26` in both of a pair of functions), another name
         visible at every site; the sites at the best ranked lines first, MAX_EVERYWHERE at most."""
         seeds = [site for node, scope in self.seeds for site in _sites(node, scope)]
-        keys = {key for site in seeds for key in _shapes(site) if _may_repeat(key, self.text.source)}
-        if not keys:
-            return  # (the common case on a large module: no walk of it)
+        keys, offsets = set(), set()
+        for key in {key for site in seeds for key in _shapes(site)}:
+            at = [match.start() for match in _shape_text(key).finditer(self.text.source)]
+            if len(at) >= 2:  # (the common case on a large module: few, or none, and no walk)
+                keys.add(key)
+                offsets.update(at)
+        lines = sorted({self.text.line_col(offset)[0] for offset in offsets})
         found: dict[_Shape, list[tuple[_Site, _Chain]]] = {}
-        for site, chain in self._module_sites():
+        for site, chain in self._module_sites(lines):
             for key in keys.intersection(_shapes(site)):
                 found.setdefault(key, []).append((site, chain))
         made: set[tuple[_Shape, str]] = set()
@@ -1144,13 +1153,16 @@ class _Collector:
                 return False
         return True
 
-    def _module_sites(self) -> Iterator[tuple[_Site, _Chain]]:
-        """Every binary operation and comparison of the module (not in annotations or f-strings),
-        in its scope, with the statements around it: one walk, as lean as it goes."""
+    def _module_sites(self, lines: list[int]) -> Iterator[tuple[_Site, _Chain]]:
+        """The binary operations and comparisons of the module (not in annotations or f-strings)
+        that start on `lines` (sorted), in their scope, with the statements around them."""
         stack: list[tuple[ast.AST, ast.AST, _Chain]] = [(self.tree, self.tree, None)]
         special = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.AnnAssign)
         while stack:
             node, scope, chain = stack.pop()
+            start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+            if start is not None and end is not None and not _any_in(lines, start, end):
+                continue  # (no such line in it)
             yield from ((site, chain) for site in _sites(node, scope))
             if isinstance(node, ast.stmt):
                 chain = (node, chain)
