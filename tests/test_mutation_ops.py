@@ -716,6 +716,8 @@ def test_the_same_edit_is_made_at_every_site_of_its_shape_as_one_mutant():
     # A shape at one site (`n % 7`), or not on a wanted line: no such mutant.
     assert by_operator(generate_mutants(CIPHER, [10]), "everywhere") == []
     assert by_operator(generate_mutants(CIPHER, [1, 5, 9]), "everywhere") == []
+    hidden = CIPHER + "\n\ndef spin(n):\n    return ((n + 1) %  # a turn\n            25)\n"
+    assert [m.source for m in by_operator(generate_mutants(hidden, [14]), "everywhere")] == []
 
     # Fixed: the two functions a round trip again, which no single edit of them makes.
     def round_trip(source: str) -> bool:

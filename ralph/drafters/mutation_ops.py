@@ -1061,8 +1061,8 @@ class _Collector:
         for seed in sorted(seeds, key=self._seed_rank):
             for key in _shapes(seed):
                 group = found.get(key, [])
-                if not 2 <= len(group) <= MAX_SITES:
-                    continue
+                if not 2 <= len(group) <= MAX_SITES or not any(site.node is seed.node for site, _ in group):
+                    continue  # (the seed itself unseen by the text test: no edit of other sites only)
                 for new in self._everywhere_texts(key, seed, [site for site, _ in group]):
                     if len(made) >= MAX_EVERYWHERE:
                         return
