@@ -6,7 +6,7 @@ import ast
 import difflib
 from collections.abc import Callable
 
-from ralph.drafters.mutation_ops import MAX_MUTANTS_PER_LINE, Mutant, generate_mutants
+from ralph.drafters.mutation_ops import MAX_MUTANTS_PER_LINE, Mutant, default_variants, generate_mutants
 
 SAMPLE = '''\
 """A small module with a bit of everything."""
@@ -199,6 +199,7 @@ def test_annotations_are_left_alone() -> None:
         "def f(x: list[int] = 2) -> dict[str, int]:",
         "def f(x: list[int] = 5) -> dict[str, int]:",
         "def f(x: list[int] = 1) -> dict[str, int]:",
+        "def f(x: list[int] = None) -> dict[str, int]:",  # (the default, not its annotation)
     }
 
 
@@ -359,14 +360,16 @@ def test_var_substitution_uses_same_scope_names() -> None:
         "    d = [k for k in range(3)]\n"
         "    return c * b\n"
     )
-    mutants = by_operator(generate_mutants(source, [10]), "var_substitute")
-    replaced = [m.description for m in mutants]
-    assert replaced == [
+    mutants = generate_mutants(source, [10])
+    replaced = [m.description for m in by_operator(mutants, "var_substitute")]
+    # `f`'s names only (not `GLOBAL`, `k`, `hidden`); `c` and `b` are operands, so the substitutes
+    # `operand_substitute` takes (all but the other operand) are made under its name.
+    operands = [m.description for m in by_operator(mutants, "operand_substitute")]
+    assert replaced == ["line 10: `c` -> `b`", "line 10: `b` -> `c`"]
+    assert operands == [
         "line 10: `c` -> `d`",  # bound nearest to the use first
         "line 10: `c` -> `a`",
-        "line 10: `c` -> `b`",
         "line 10: `b` -> `d`",
-        "line 10: `b` -> `c`",
         "line 10: `b` -> `a`",
     ]
     module_level = by_operator(generate_mutants(source, [4]), "var_substitute")
@@ -417,8 +420,38 @@ def test_a_substitution_is_kept_whenever_the_types_may_agree() -> None:
         ),
     ]
     for source, line, wanted in cases:
-        replaced = [m.description for m in by_operator(generate_mutants(source, [line]), "var_substitute")]
+        mutants = generate_mutants(source, [line])
+        replaced = [m.description for m in mutants if m.operator in ("var_substitute", "operand_substitute")]
         assert f"line {line}: {wanted}" in replaced, (source, replaced)
+
+
+def test_an_operand_becomes_another_operand_of_its_function_a_namesake_first() -> None:
+    source = (
+        "def rescale(value, old_min, old_max, new_min, new_max, label):\n"
+        "    ratio = (value - old_min) / (old_max - old_min)\n"
+        "    print(label)\n"
+        "    return new_min + ratio * (new_max - old_min)\n"
+    )
+    found = _described(source, [4], "operand_substitute")
+    # A word shared (`min`, `old`), then used nearest; never the other operand (`new_max - new_max`)
+    # nor a name the function uses in no operation (`label`).
+    assert [d for d in found if d.startswith("line 4: `old_min`")] == [
+        "line 4: `old_min` -> `new_min`",
+        "line 4: `old_min` -> `old_max`",
+        "line 4: `old_min` -> `ratio`",
+        "line 4: `old_min` -> `value`",
+    ]
+    [fixed] = [m for m in generate_mutants(source, [4]) if m.description == "line 4: `old_min` -> `new_min`"]
+    assert fixed.source == source.replace("(new_max - old_min)", "(new_max - new_min)")
+    # A parameter read nowhere is a candidate too (`high`); one read elsewhere only is not (`name`).
+    compared = "def within(x, low, high, name):\n    print(name)\n    return low <= x and x <= low\n"
+    assert _described(compared, [3], "operand_substitute") == [
+        "line 3: `low` -> `high`",
+        "line 3: `x` -> `high`",
+        "line 3: `x` -> `high`",
+        "line 3: `low` -> `high`",
+    ]
+    assert _described("a = 1\nb = 2\nc = a + b\n", [3], "operand_substitute") == []  # (a function's)
 
 
 def test_var_substitution_is_bounded_per_name() -> None:
@@ -490,7 +523,54 @@ def test_a_parameter_default_is_swapped_for_what_it_may_have_meant():
     assert "line 1: `0` -> `1`" in _described(source, [1], "const_off_by_one")
     # One parameter a line: the defaults are the `def` line's still.
     black = "def page(\n    items,\n    number: int = 0,\n):\n    return items[number]\n"
-    assert _described(black, [1], "default_swap") == ["line 3: default `0` -> `None`"]
+    assert _described(black, [1], "default_swap") == [
+        "line 3: default `0` -> `1`",
+        "line 3: default `0` -> `-1`",
+        "line 3: default `0` -> `None`",
+    ]
+
+
+def test_a_default_of_every_literal_type_is_varied():
+    def variants(text: str, expected: tuple[str, ...] = ()) -> list[str]:
+        return default_variants(ast.parse(text, mode="eval").body, text, expected)
+
+    assert variants("1.0") == ["2.0", "0.0", "0.5", "None"]
+    assert variants("-2.5") == ["-1.5", "-3.5", "-5.0", "-1.25", "0.0", "None"]
+    assert variants("-1") == ["0", "-2", "None"]  # (a UnaryOp, not a Constant)
+    assert variants("0x10") == ["0x11", "0xf", "None"]
+    assert variants("True") == ["False", "None"]
+    assert variants("'fast'", ("slow", "fast")) == ["''", "'slow'", "None"]
+    assert variants('""') == ["None"]
+    assert variants("None") == ["0", '""', "[]"]
+    assert variants("{}") == ["None"]
+    assert variants("LIMIT") == variants("...") == variants("f(1)") == []
+
+
+def test_a_default_on_a_line_of_its_own_is_varied_for_the_def_line():
+    source = (
+        "def scale(\n"
+        "    values: list[float],\n"
+        "    factor: float = 1.0,\n"
+        "    *,\n"
+        '    mode: str = "fast",\n'
+        "    debug=False,\n"
+        ") -> list[float]:\n"
+        "    return [v * factor for v in values]\n"
+    )
+    found = _described(source, [8, 1], "default_swap")
+    assert found == [
+        "line 3: default `1.0` -> `2.0`",
+        "line 3: default `1.0` -> `0.0`",
+        "line 3: default `1.0` -> `0.5`",
+        "line 3: default `1.0` -> `None`",
+        'line 5: default `"fast"` -> `""`',  # keyword-only
+        'line 5: default `"fast"` -> `None`',
+        "line 6: default `False` -> `True`",
+        "line 6: default `False` -> `None`",
+    ]
+    assert _described(source, [8], "default_swap") == []  # only for the `def` line
+    twice = [m for m in generate_mutants(source, [8, 1]) if m.description.endswith("`2.0`")]
+    assert twice[0].source == source.replace("= 1.0", "= 2.0")
 
 
 def test_a_string_constant_becomes_another_of_the_module_in_its_own_quotes():
@@ -612,3 +692,77 @@ def test_a_string_the_failing_test_compared_with_replaces_a_constant_first():
     ]
     assert swaps == ["def label():\n    return 'color'\n"]
     assert not [m for m in generate_mutants(source, [2]) if m.operator == "expected_string"]
+
+
+CIPHER = (
+    "def encode(text, shift):\n"
+    "    return ''.join(chr((ord(c) - 97 + shift) % 25 + 97) for c in text)\n"
+    "\n\n"
+    "def decode(text, shift):\n"
+    "    return ''.join(chr((ord(c) - 97 - shift) % 25 + 97) for c in text)\n"
+    "\n\n"
+    "def wrap(n):\n"
+    "    return n % 7\n"
+)
+
+
+def test_the_same_edit_is_made_at_every_site_of_its_shape_as_one_mutant():
+    everywhere = by_operator(generate_mutants(CIPHER, [2]), "everywhere")
+    [both] = [m for m in everywhere if "`25` -> `26`" in m.description]
+    assert both.source == CIPHER.replace("% 25", "% 26")
+    assert both.description == "line 2: `25` -> `26` at every `... % 25` (lines 2, 6)"
+    assert both.at == 2 and both.cost > 1
+    assert "line 2: `%` -> `//` at every `... % 25` (lines 2, 6)" in [m.description for m in everywhere]
+    # A shape at one site (`n % 7`), or not on a wanted line: no such mutant.
+    assert by_operator(generate_mutants(CIPHER, [10]), "everywhere") == []
+    assert by_operator(generate_mutants(CIPHER, [1, 5, 9]), "everywhere") == []
+    hidden = CIPHER + "\n\ndef spin(n):\n    return ((n + 1) %  # a turn\n            25)\n"
+    assert [m.source for m in by_operator(generate_mutants(hidden, [14]), "everywhere")] == []
+
+    # Fixed: the two functions a round trip again, which no single edit of them makes.
+    def round_trip(source: str) -> bool:
+        encode, decode = load(source, "encode"), load(source, "decode")
+        return all(decode(encode(word, 3), 3) == word for word in ("xyz", "abc"))
+
+    singles = [m for m in generate_mutants(CIPHER, [2, 6]) if m.operator != "everywhere"]
+    assert round_trip(both.source) and not [m for m in singles if _runs(round_trip, m.source)]
+
+
+def _runs(check: Callable[[str], bool], source: str) -> bool:
+    try:
+        return check(source)
+    except Exception:
+        return False
+
+
+def test_an_operator_or_a_name_changes_at_every_site_that_parses_around_it():
+    source = (
+        "LIMIT = 3\nMAX = 5\n\n\ndef a(i, n):\n    return i < LIMIT\n\n\n"
+        "def b(i):\n    if i < LIMIT:\n        if i < LIMIT:\n            return 1\n"
+        "    elif i < LIMIT:\n        return 2\n"
+    )
+    found = {m.description: m.source for m in generate_mutants(source, [6]) if m.operator == "everywhere"}
+    lines = "(lines 6, 10, 11, 13)"
+    assert found[f"line 6: `<` -> `<=` at every `i < LIMIT` {lines}"] == source.replace(
+        "i < LIMIT", "i <= LIMIT"
+    )
+    assert found[f"line 6: `LIMIT` -> `MAX` at every `... < LIMIT` {lines}"] == source.replace(
+        "< LIMIT", "< MAX"
+    )
+    assert not [d for d in found if "-> `i`" in d or "-> `LIMIT`" in d]  # never `i < i`
+    assert not [d for d in found if "-> `n`" in d]  # (`a`'s own parameter is not visible in `b`)
+
+
+def test_a_shape_at_too_many_sites_and_too_many_shapes_are_bounded():
+    from ralph.drafters.mutation_ops import MAX_EVERYWHERE, MAX_SITES
+
+    many = "".join(f"def f{i}(x):\n    return x % 25\n\n\n" for i in range(MAX_SITES + 1))
+    assert by_operator(generate_mutants(many, [2]), "everywhere") == []
+    busy = "".join(
+        f"def f{i}(x, y):\n"
+        + "".join(f"    y = x % {k} + y * {k}\n" for k in range(20))
+        + "    return y\n\n\n"
+        for i in range(2)
+    )
+    lines = list(range(2, 22))
+    assert len(by_operator(generate_mutants(busy, lines), "everywhere")) == MAX_EVERYWHERE

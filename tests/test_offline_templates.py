@@ -92,6 +92,64 @@ BUGS = {
             "def test_no_values():\n    assert average([]) == 0\n"
         ),
     },
+    "float_default_on_a_line_of_its_own": {
+        "scaling.py": (
+            "def scale(\n"
+            "    values: list[float],\n"
+            "    factor: float = 1.0,\n"
+            "    offset: float = 0.0,\n"
+            ") -> list[float]:\n"
+            '    """Each value times `factor` (doubled unless told otherwise), plus `offset`."""\n'
+            "    return [v * factor + offset for v in values]\n"
+        ),
+        "tests/test_scaling.py": (
+            "from scaling import scale\n\n\n"
+            "def test_doubles_by_default():\n    assert scale([1.0, 2.5]) == [2.0, 5.0]\n\n\n"
+            "def test_an_explicit_factor():\n    assert scale([1.0], 3.0, 1.0) == [4.0]\n"
+        ),
+    },
+    "operand_of_the_wrong_range": {
+        "ranges.py": (
+            "def rescale(value, old_min, old_max, new_min, new_max):\n"
+            '    """`value` from [old_min, old_max] mapped linearly onto [new_min, new_max]."""\n'
+            "    ratio = (value - old_min) / (old_max - old_min)\n"
+            "    return new_min + ratio * (new_max - old_min)\n"
+        ),
+        "tests/test_ranges.py": (
+            "from ranges import rescale\n\n\n"
+            "def test_rescale():\n    assert rescale(5, 0, 10, 100, 200) == 150\n\n\n"
+            "def test_the_ends():\n"
+            "    assert rescale(0, 0, 10, 1, 3) == 1\n    assert rescale(10, 0, 10, 1, 3) == 3\n"
+        ),
+    },
+    "the_same_slip_in_two_functions": {
+        "cipher.py": "\n\n".join(
+            f"def caesar_{name}(text: str, shift: int) -> str:\n"
+            "    out = []\n"
+            "    for c in text:\n"
+            "        if c.isalpha():\n"
+            "            base = ord('a') if c.islower() else ord('A')\n"
+            f"            out.append(chr((ord(c) - base {sign} shift) % 25 + base))\n"
+            "        else:\n"
+            "            out.append(c)\n"
+            "    return ''.join(out)\n"
+            for name, sign in (("encode", "+"), ("decode", "-"))
+        ),
+        "tests/test_cipher.py": (
+            "from cipher import caesar_decode, caesar_encode\n\n\n"
+            "def test_round_trip():\n"
+            "    for word in ('hello', 'Zebra', 'xyz'):\n"
+            "        assert caesar_decode(caesar_encode(word, 3), 3) == word\n"
+        ),
+    },
+}
+
+
+# The template that must make the fix, where the bug was found unfixed before that template was made.
+FIXED_BY = {
+    "float_default_on_a_line_of_its_own": "default_swap",
+    "operand_of_the_wrong_range": "operand_substitute",
+    "the_same_slip_in_two_functions": "everywhere",
 }
 
 
@@ -102,6 +160,18 @@ def test_the_offline_drafter_fixes(bug, make_repo):
     # The default budget (20 iterations of 4 candidates), as a new user runs it.
     outcome = fix(repo, RunConfig(drafter="mutation"), view=QuietView(notices=False))
     assert outcome.result.outcome == "goal", bug
+    if bug in FIXED_BY:
+        assert _accepted_operators(outcome.trace) == [FIXED_BY[bug]]
+
+
+def _accepted_operators(trace) -> list[str]:
+    return [
+        c["meta"]["operator"]
+        for r in read_trace(trace)
+        if r["type"] == "iteration"
+        for c in r["candidates"]
+        if c["verdict"] == "accepted"
+    ]
 
 
 COUNTDOWN = {
@@ -167,14 +237,7 @@ def test_a_bug_that_needs_two_edits_is_fixed_once_single_edits_are_spent(make_re
     )
     outcome = fix(repo, RunConfig(drafter="mutation", max_iterations=25), view=QuietView(notices=False))
     assert outcome.result.outcome == "goal"
-    accepted = [
-        c
-        for r in read_trace(outcome.trace)
-        if r["type"] == "iteration"
-        for c in r["candidates"]
-        if c["verdict"] == "accepted"
-    ]
-    assert [c["meta"]["operator"] for c in accepted] == ["pair"]
+    assert _accepted_operators(outcome.trace) == ["pair"]
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
 """The offline drafter: template-based program repair at the lines the failing checks implicate.
 
-Lint first goes to `ruff check --fix` (and `ruff format` when a failing check asks for it); then single
-mutations (operator swaps, comparison flips, off-by-one, negations, substitutions, ...) at the suspicious
-lines, in order of the line's score (traceback frames, then Ochiai over per-test coverage, less for
-each line above it) times the template's prior (how often it fixed a bug in the traces of `ralph bench
-fix` runs, shipped as data; more when the failing assertion's values point to it: one off, the wrong
-way, a sign); then, once those are spent, pairs of the simplest mutations of the most suspicious lines
+Lint first goes to `ruff check --fix` (and `ruff format` when a failing check asks for it); then
+single mutations (operator swaps, comparison flips, off-by-one, negations, substitutions, ...; one
+edit made at every site of a shape the module repeats, as one) at the suspicious lines, in order of
+the line's score (traceback frames, then Ochiai over per-test coverage, less for each line above it)
+times the template's prior (how often it fixed a bug in the traces of `ralph bench fix` runs,
+shipped as data; more when the failing assertion's values point to it: one off, the wrong way, a
+sign); then, once those are spent, pairs of the simplest mutations of the most suspicious lines
 (bounded).
 """
 

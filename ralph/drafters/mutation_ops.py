@@ -4,8 +4,10 @@ Given Python source and a ranked list of suspicious lines, `generate_mutants` pr
 classic repair templates (operator swaps, off-by-one changes, negated conditions, variable
 substitutions, ...) in the spirit of GenProg, PyGGI and TBar.  Every edit replaces only the exact
 text span of the affected token or node, located through `ast` positions, so the rest of the
-file -- comments, formatting and all other lines -- is preserved byte for byte.  Every mutant
-parses, differs from the original, and no two mutants share the same text.
+file -- comments, formatting and all other lines -- is preserved byte for byte.  One template
+makes the same edit at every site of a shape the module repeats (`everywhere`: `% 25` -> `% 26` in
+both of a pair of functions), as one mutant.  Every mutant parses, differs from the original, and
+no two mutants share the same text.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import bisect
 import builtins
 import contextlib
 import functools
+import itertools
+import math
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -26,11 +30,17 @@ __all__ = [
     "MAX_SUBSTITUTIONS_PER_NAME",
     "Mutant",
     "combine",
+    "default_variants",
     "generate_mutants",
 ]
 
 MAX_MUTANTS_PER_LINE = 60
 MAX_SUBSTITUTIONS_PER_NAME = 6
+# The same edit at every site of a shape (`everywhere`): a shape at more sites than this is too
+# common to be one slip repeated; at most so many such edits a call, names at most so many a site.
+MAX_SITES = 8
+MAX_EVERYWHERE = 12
+MAX_EVERYWHERE_NAMES = 3
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] 
         return []
     ranked = list(dict.fromkeys(lines))
     wanted = set(ranked)
-    collector = _Collector(source, tree, wanted, tuple(expected))
+    collector = _Collector(source, tree, ranked, tuple(expected))
     edits_by_line: dict[int, list[_Edit]] = {line: [] for line in ranked}
     for edit in collector.collect():
         for line in {edit.line, edit.anchor} & wanted:
@@ -132,6 +142,7 @@ COSTS = {
     "swap_operands": 3,
     "unary_remove": 3,
     "var_substitute": 3,
+    "operand_substitute": 2,
     "delete_statement": 4,
     "drop_arg": 1,
     "default_swap": 2,
@@ -151,14 +162,13 @@ COSTS = {
     "move_in": 3,
     "insert_guard": 3,
     "expected_string": 2,
+    "everywhere": 3,
 }
 
-# What a parameter's default may have been meant to be, by what it is now.
+# What a parameter's default may have been meant to be, when it is None or an empty container
+# (numbers, strings and truth values: `default_variants`).
 _DEFAULT_SWAPS: dict[str, tuple[str, ...]] = {
     "None": ("0", '""', "[]"),
-    "0": ("None",),  # (and 1, -1 through const_off_by_one)
-    '""': ("None",),
-    "''": ("None",),
     "[]": ("None",),
     "{}": ("None",),
     "()": ("None",),
@@ -324,6 +334,7 @@ class _Edit:
     cost: int
     seq: int  # generation order, the final tie breaker
     region: _Region | None  # smallest enclosing statement that can be re-parsed on its own
+    checked: bool = False  # known to parse (an edit at several sites, each re-parsed where it is)
 
 
 @dataclass(frozen=True)
@@ -344,6 +355,41 @@ def _pair(node: ast.AST) -> bool:
 def _literal(value: str, quote: str) -> str:
     """`value` (printable) as a string literal in `quote`s."""
     return quote + value.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
+
+
+def default_variants(default: ast.expr, text: str, expected: Sequence[str] = ()) -> list[str]:
+    """What a parameter's default, written `text`, may have been meant to be: a number one either
+    way, a float also doubled, halved or zero; a truth value flipped; a string empty or one the
+    failing tests compared with (`expected`), in its own quotes; None for any of these, and for None
+    or an empty container what `_DEFAULT_SWAPS` says."""
+    if text in _DEFAULT_SWAPS:
+        return list(_DEFAULT_SWAPS[text])
+    value = default.value if isinstance(default, ast.Constant) else None
+    number = _signed_number(default)
+    found: list[str] = []
+    if isinstance(value, bool):
+        found = [str(not value)]
+    elif isinstance(number, float):
+        steps = (number + 1, number - 1, number * 2, number / 2, 0.0)
+        found = [repr(v) for v in steps if math.isfinite(v) and v != number]
+    elif isinstance(number, int):
+        literal = text if isinstance(default, ast.Constant) else ""
+        found = [_format_int(v, literal) for v in (number + 1, number - 1)]
+    elif isinstance(value, str) and text[:1] in ("'", '"') and not text.startswith(text[0] * 3):
+        found = [_literal(s, text[0]) for s in ("", *expected) if s != value and s.isprintable()]
+    elif value is None or value is Ellipsis:
+        return []  # (names, calls, a `...` sentinel: no literal to vary)
+    return list(dict.fromkeys(f for f in [*found, "None"] if f != text))
+
+
+def _signed_number(node: ast.expr) -> int | float | None:
+    """The int or float a literal (`2`, `1.5`, `-1`, `+0.5`) stands for; None for anything else."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        sign = -1 if isinstance(node.op, ast.USub) else 1
+        node = node.operand
+    value = node.value if isinstance(node, ast.Constant) else None
+    return sign * value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @functools.lru_cache(maxsize=8)
@@ -399,6 +445,84 @@ def _emptiable_uses(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterato
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SIZED_CALLS:
             found = list(node.args[:1])
         yield from (n for n in found if isinstance(n, ast.Name))
+
+
+def _operand_pairs(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+    """The (left, right) operands of a binary operation, or of each comparison of a chain."""
+    if isinstance(node, ast.BinOp):
+        return [(node.left, node.right)]
+    if isinstance(node, ast.Compare):
+        return list(zip([node.left, *node.comparators], node.comparators, strict=False))
+    return []
+
+
+# The statements around a node, innermost first, as a linked list: (statement, the ones around it).
+_Chain = tuple[ast.stmt, "_Chain"] | None
+# (the part an edit changes: "op", "left" or "right"; the left operand, the operator, the right one)
+_Shape = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class _Site:
+    """One binary operation, or one comparison of a chain: `left op right`, in `scope`."""
+
+    node: ast.BinOp | ast.Compare
+    left: ast.expr
+    op: str
+    right: ast.expr
+    scope: ast.AST
+
+
+def _sites(node: ast.AST, scope: ast.AST) -> list[_Site]:
+    if isinstance(node, ast.BinOp):
+        return [_Site(node, node.left, _BINOP_TOKENS[type(node.op)], node.right, scope)]
+    if isinstance(node, ast.Compare):
+        ops = [_COMPARE_TOKENS[type(op)] for op in node.ops]
+        return [_Site(node, a, op, b, scope) for (a, b), op in zip(_operand_pairs(node), ops, strict=True)]
+    return []
+
+
+def _leaf(node: ast.expr) -> str | None:
+    """A name or a number operand, as it stands in a shape; None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    number = node.value if isinstance(node, ast.Constant) else None
+    return repr(number) if isinstance(number, int | float) and not isinstance(number, bool) else None
+
+
+def _shapes(site: _Site) -> list[_Shape]:
+    """What an edit of `site` must find elsewhere to be made there too: its operator with both
+    operands as they are (a name, a number, or `*` for anything else, one of them not `*`), for a
+    new operator; its operator and the operand changed, for a new operand (`x % 25` -> `x % 26`)."""
+    left, right = _leaf(site.left), _leaf(site.right)
+    found = [("op", left or "*", site.op, right or "*")] if left or right else []
+    found += [("left", left, site.op, "*")] if left else []
+    found += [("right", "*", site.op, right)] if right else []
+    return found
+
+
+def _shape_text(shape: _Shape) -> re.Pattern[str]:
+    """Where the text of a module may hold `shape`: its operand(s) next to its operator (`x < limit`,
+    `% 25`); a cheap test before a walk of the module (never one with a comment in between)."""
+    _, left, op, right = shape
+    gap = r"[\s()\\]*"
+    text = r"\s+".join(map(re.escape, op.split()))
+    if left != "*":
+        text = rf"{re.escape(left)}{gap}{text}"  # (`ax < ` too: a test, not a count)
+    if right != "*":
+        text = rf"{text}{gap}{re.escape(right)}(?![\w.])"
+    return re.compile(text)
+
+
+def _any_in(lines: list[int], start: int, end: int) -> bool:
+    """Whether the sorted `lines` hold one from `start` to `end`."""
+    index = bisect.bisect_left(lines, start)
+    return index < len(lines) and lines[index] <= end
+
+
+def _words(name: str) -> set[str]:
+    """The words of a snake_case name (`old_min` -> {"old", "min"})."""
+    return {word for word in name.lower().split("_") if word}
 
 
 def _is_generator(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -506,11 +630,14 @@ def _is_ident_char(char: str) -> bool:
 
 def _padded(source: str, edit: _Edit) -> str:
     """The edit's replacement text, with a space added where it would fuse with a neighbouring word."""
-    text = edit.text
+    return _pad(source, edit.start, edit.end, edit.text)
+
+
+def _pad(source: str, start: int, end: int, text: str) -> str:
     # `else-1` -> `else 0`, not `else0`.
-    if text and edit.start > 0 and _is_ident_char(source[edit.start - 1]) and _is_ident_char(text[0]):
+    if text and start > 0 and _is_ident_char(source[start - 1]) and _is_ident_char(text[0]):
         text = " " + text
-    if text and edit.end < len(source) and _is_ident_char(text[-1]) and _is_ident_char(source[edit.end]):
+    if text and end < len(source) and _is_ident_char(text[-1]) and _is_ident_char(source[end]):
         text += " "
     return text
 
@@ -523,6 +650,8 @@ def _still_parses(source: str, edit: _Edit, replacement: str) -> bool:
     parses alone inside an `if 1:` block exactly when it parses in its own block.
     """
     region = edit.region
+    if edit.checked:
+        return True
     if region is None:
         return _parse(source[: edit.start] + replacement + source[edit.end :]) is not None
     snippet = source[region.start : edit.start] + replacement + source[edit.end : region.end]
@@ -628,18 +757,21 @@ class _Collector:
     """Walks the tree once and proposes edits for nodes at the wanted lines."""
 
     def __init__(
-        self, source: str, tree: ast.Module, wanted: set[int], expected: tuple[str, ...] = ()
+        self, source: str, tree: ast.Module, ranked: Sequence[int], expected: tuple[str, ...] = ()
     ) -> None:
         self.text = _Text(source)
         self.expected = expected
         self.tree = tree
-        self.wanted = wanted
-        self.sorted_wanted = sorted(wanted)
+        self.rank = {line: i for i, line in enumerate(ranked)}
+        self.wanted = set(ranked)
+        self.sorted_wanted = sorted(self.wanted)
+        self.seeds: list[tuple[ast.BinOp | ast.Compare, ast.AST]] = []  # operations at wanted lines
         self.edits: list[_Edit] = []
         self.skip_const: set[int] = set()  # ids of int literals already mutated as `-n`
         self.call_funcs: set[int] = set()  # ids of Names called as functions
         self.bindings: dict[int, dict[str, int]] = {}  # scope id -> name -> first binding line
         self.types: dict[int, dict[str, str]] = {}  # scope id -> name -> its one known type
+        self.operands: dict[int, dict[str, list[int]]] = {}  # scope id -> operand name -> its lines
         self.region: _Region | None = None  # re-parse region for the edits of the current node
 
     def collect(self) -> list[_Edit]:
@@ -658,6 +790,7 @@ class _Collector:
                 self._mutate(node, scope)
             children = [(child, child_scope, region) for child, child_scope in self._children(node, scope)]
             stack.extend(reversed(children))
+        self._everywhere()
         return self.edits
 
     def _statement_region(self, stmt: ast.stmt) -> _Region | None:
@@ -734,14 +867,25 @@ class _Collector:
         return self._any_wanted(start, end)
 
     def _any_wanted(self, start: int, end: int) -> bool:
-        index = bisect.bisect_left(self.sorted_wanted, start)
-        return index < len(self.sorted_wanted) and self.sorted_wanted[index] <= end
+        return _any_in(self.sorted_wanted, start, end)
 
     # --- edit construction -------------------------------------------------------------------
 
-    def _add(self, node: ast.AST, start: int, end: int, text: str, operator: str, description: str) -> None:
+    def _add(
+        self,
+        node: ast.AST,
+        start: int,
+        end: int,
+        text: str,
+        operator: str,
+        description: str,
+        at: int = 0,
+        checked: bool = False,
+    ) -> None:
+        """An edit of `node`, anchored at its first line (or `at`), made only for wanted lines;
+        `checked`: known to parse (an edit at several places, each parsed where it is)."""
         line, col = self.text.line_col(start)
-        anchor = getattr(node, "lineno", line)
+        anchor = at or getattr(node, "lineno", line)
         if line not in self.wanted and anchor not in self.wanted:
             return
         self.edits.append(
@@ -756,7 +900,8 @@ class _Collector:
                 anchor=anchor,
                 cost=COSTS[operator],
                 seq=len(self.edits),
-                region=self.region,
+                region=None if checked else self.region,
+                checked=checked,
             )
         )
 
@@ -893,6 +1038,139 @@ class _Collector:
         self.types[id(scope)] = {name: kind for name, kind in found.items() if kind is not None}
         return self.types[id(scope)]
 
+    # --- the same edit everywhere ----------------------------------------------------------
+
+    def _everywhere(self) -> None:
+        """One edit made at every site of a shape at once, when the module has 2 to MAX_SITES of
+        them and a wanted line holds one: a new operator (`<` -> `<=` at every `i < limit`), a
+        number one either way (`% 25` -> `% 26` in both of a pair of functions), another name
+        visible at every site; the sites at the best ranked lines first, MAX_EVERYWHERE at most."""
+        seeds = [site for node, scope in self.seeds for site in _sites(node, scope)]
+        keys, offsets = set(), set()
+        for key in {key for site in seeds for key in _shapes(site)}:
+            at = [match.start() for match in _shape_text(key).finditer(self.text.source)]
+            if len(at) >= 2:  # (the common case on a large module: few, or none, and no walk)
+                keys.add(key)
+                offsets.update(at)
+        lines = sorted({self.text.line_col(offset)[0] for offset in offsets})
+        found: dict[_Shape, list[tuple[_Site, _Chain]]] = {}
+        for site, chain in self._module_sites(lines):
+            for key in keys.intersection(_shapes(site)):
+                found.setdefault(key, []).append((site, chain))
+        made: set[tuple[_Shape, str]] = set()
+        for seed in sorted(seeds, key=self._seed_rank):
+            for key in _shapes(seed):
+                group = found.get(key, [])
+                if not 2 <= len(group) <= MAX_SITES or not any(site.node is seed.node for site, _ in group):
+                    continue  # (the seed itself unseen by the text test: no edit of other sites only)
+                for new in self._everywhere_texts(key, seed, [site for site, _ in group]):
+                    if len(made) >= MAX_EVERYWHERE:
+                        return
+                    if (key, new) not in made:
+                        made.add((key, new))
+                        with contextlib.suppress(_BadPosition):
+                            self._add_everywhere(key, new, seed, group)
+
+    def _seed_rank(self, site: _Site) -> int:
+        start, end = site.node.lineno, site.node.end_lineno or site.node.lineno
+        return min((self.rank[line] for line in range(start, end + 1) if line in self.rank), default=0)
+
+    def _everywhere_texts(self, key: _Shape, seed: _Site, group: list[_Site]) -> list[str]:
+        """What the part of the shape `key` names may become at every site: the operator's swaps, a
+        number one either way, the names visible at every site (a namesake first)."""
+        part, left, op, right = key
+        if part == "op":
+            swaps = _BINOP_SWAPS if isinstance(seed.node, ast.BinOp) else _COMPARE_FLIPS
+            return list(swaps.get(op, ()))
+        old = left if part == "left" else right
+        node = seed.left if part == "left" else seed.right
+        if not isinstance(node, ast.Name):
+            number = _signed_number(node)
+            return [] if number is None else [repr(number + 1), repr(number - 1)]
+        module = set(self._scope_bindings(self.tree))
+        visible = [set(self._scope_bindings(s.scope)) | module for s in group]
+        other = {_leaf(s.right if part == "left" else s.left) for s in group}  # (not `i < i`)
+        names = set.intersection(*visible) - {old, *other, *_NEVER_SUBSTITUTED}
+        words = _words(old)
+        ranked = sorted(names, key=lambda name: (-len(words & _words(name)), name))
+        return ranked[:MAX_EVERYWHERE_NAMES]
+
+    def _add_everywhere(self, key: _Shape, new: str, seed: _Site, group: list[tuple[_Site, _Chain]]) -> None:
+        """The edit at every site of `group`, when every statement it touches still parses."""
+        part, left, op, right = key
+        parts = []
+        for site, chain in group:
+            if part == "op":
+                start, end = self._operator_span(site.left, site.right, op)
+                text = new
+            else:
+                node = site.left if part == "left" else site.right
+                start, end = self.text.span(node)
+                literal = self.text.source[start:end]
+                text = _format_int(int(new), literal) if _int_literal_value(literal) is not None else new
+            parts.append((start, end, _pad(self.text.source, start, end, text), chain))
+        parts.sort(key=lambda p: p[0])
+        if any(a[1] > b[0] for a, b in itertools.pairwise(parts)) or not self._parse_parts(parts):
+            return
+        source, cursor, pieces = self.text.source, parts[0][0], []
+        for start, end, text, _ in parts:
+            pieces.append(source[cursor:start] + text)
+            cursor = end
+        old = right if part == "right" else left if part == "left" else op
+        shape = f"{left} {op} {right}".replace("*", "...")
+        lines = ", ".join(str(self.text.line_col(start)[0]) for start, *_ in parts)
+        description = f"`{old}` -> `{new}` at every `{shape}` (lines {lines})"
+        at = min(
+            (n for n in self.rank if seed.node.lineno <= n <= (seed.node.end_lineno or 0)),
+            key=self.rank.__getitem__,
+            default=seed.node.lineno,
+        )
+        self._add(seed.node, parts[0][0], parts[-1][1], "".join(pieces), "everywhere", description, at, True)
+
+    def _parse_parts(self, parts: list[tuple[int, int, str, _Chain]]) -> bool:
+        """Whether the statements holding the parts (each the innermost one that can be re-parsed on
+        its own; one holding another, the outer) parse with the parts in place."""
+        regions: list[_Region] = []
+        for *_, chain in parts:
+            region = None
+            while chain is not None and region is None:
+                region = self._statement_region(chain[0])
+                chain = chain[1]
+            if region is None:
+                return False
+            regions.append(region)
+        outer = [
+            r for r in regions if not any(o.start <= r.start and r.end <= o.end and o != r for o in regions)
+        ]
+        for region in dict.fromkeys(outer):
+            snippet, cursor = "", region.start
+            for start, end, text, _ in parts:
+                if region.start <= start and end <= region.end:
+                    snippet += self.text.source[cursor:start] + text
+                    cursor = end
+            snippet += self.text.source[cursor : region.end]
+            if _parse("if 1:\n" + snippet if region.indented else snippet) is None:
+                return False
+        return True
+
+    def _module_sites(self, lines: list[int]) -> Iterator[tuple[_Site, _Chain]]:
+        """The binary operations and comparisons of the module (not in annotations or f-strings)
+        that start on `lines` (sorted), in their scope, with the statements around them."""
+        stack: list[tuple[ast.AST, ast.AST, _Chain]] = [(self.tree, self.tree, None)]
+        special = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.AnnAssign)
+        while stack:
+            node, scope, chain = stack.pop()
+            start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+            if start is not None and end is not None and not _any_in(lines, start, end):
+                continue  # (no such line in it)
+            yield from ((site, chain) for site in _sites(node, scope))
+            if isinstance(node, ast.stmt):
+                chain = (node, chain)
+            if isinstance(node, special):
+                stack += [(child, inner, chain) for child, inner in self._children(node, scope)]
+            elif not isinstance(node, ast.arguments | ast.JoinedStr):
+                stack += [(child, scope, chain) for child in ast.iter_child_nodes(node)]
+
     # --- operators ---------------------------------------------------------------------------
 
     def _mutate(self, node: ast.AST, scope: ast.AST) -> None:
@@ -912,10 +1190,14 @@ class _Collector:
             return
         if isinstance(node, ast.BinOp):
             self._binop(node)
+            self._substitute_operands(node, scope)
+            self.seeds.append((node, scope))
         elif isinstance(node, ast.AugAssign):
             self._augassign(node, scope)
         elif isinstance(node, ast.Compare):
             self._compare(node)
+            self._substitute_operands(node, scope)
+            self.seeds.append((node, scope))
         elif isinstance(node, ast.BoolOp):
             self._boolop(node)
         elif isinstance(node, ast.UnaryOp):
@@ -1102,8 +1384,13 @@ class _Collector:
             return
         self._substitute(node, scope)
 
-    def _substitute(self, node: ast.Name, scope: ast.AST) -> None:
-        """The name -> another bound in its scope."""
+    def _substitute(
+        self, node: ast.Name, scope: ast.AST, operator: str = "var_substitute", beside: str = ""
+    ) -> None:
+        """The name -> another bound in its scope. `operand_substitute` (an operand of an operation
+        in a function): only names the function uses as operands too, never `beside` (the other
+        operand: `b - b`), those sharing a word with it first (`old_min` -> `new_min`), then those
+        used nearest."""
         if node.id in _NEVER_SUBSTITUTED or self.text.text(node) != node.id:
             return
         bindings = self._scope_bindings(scope)
@@ -1112,6 +1399,9 @@ class _Collector:
         line = node.lineno
         types = self._scope_types(scope)
         own = types.get(node.id)
+        narrow = operator == "operand_substitute"
+        operands = self._scope_operands(scope) if narrow else {}
+        words = _words(node.id)
         candidates = sorted(
             (
                 name
@@ -1120,9 +1410,13 @@ class _Collector:
                 and name not in _NEVER_SUBSTITUTED
                 # Of another known type than the name's: seldom the fix (`total` for `items`).
                 and not (own and types.get(name) and types[name] != own)
+                and (not narrow or (name in operands and name != beside))
             ),
-            # Names of the same type first, then names bound before the use, closest first.
+            # (Operands: a word shared, then used nearest;) names of the same type first, then names
+            # bound before the use, closest first.
             key=lambda name: (
+                -len(words & _words(name)) if narrow else 0,
+                min(abs(n - line) for n in operands[name]) if narrow else 0,
                 not own or types.get(name) != own,
                 bindings[name] > line,
                 abs(bindings[name] - line),
@@ -1131,7 +1425,42 @@ class _Collector:
             ),
         )
         for name in candidates[:MAX_SUBSTITUTIONS_PER_NAME]:
-            self._replace_node(node, name, "var_substitute")
+            self._replace_node(node, name, operator)
+
+    def _substitute_operands(self, node: ast.BinOp | ast.Compare, scope: ast.AST) -> None:
+        """Each name operand of a function's operation -> another the function uses as an operand
+        (`new_max - old_min` meant `new_max - new_min`)."""
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return
+        for left, right in _operand_pairs(node):
+            for name, other in ((left, right), (right, left)):
+                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load):
+                    beside = other.id if isinstance(other, ast.Name) else ""
+                    self._substitute(name, scope, "operand_substitute", beside)
+
+    def _scope_operands(self, scope: ast.AST) -> dict[str, list[int]]:
+        """The names the function uses as an operand (of arithmetic, a comparison, an augmented
+        assignment, a sign), with the lines where: numbers, most likely, or alike at least; and
+        those it binds and never reads (an unused parameter), with the line that binds them."""
+        cached = self.operands.get(id(scope))
+        if cached is None and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            cached, read = {}, set()
+            for node in _own_nodes(scope):
+                parts: list[ast.expr] = [p for pair in _operand_pairs(node) for p in pair]
+                if isinstance(node, ast.AugAssign):
+                    parts = [node.target, node.value]
+                elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+                    parts = [node.operand]
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    read.add(node.id)
+                for part in parts:
+                    if isinstance(part, ast.Name):
+                        cached.setdefault(part.id, []).append(part.lineno)
+            for name, line in self._scope_bindings(scope).items():
+                if name not in read and name not in cached:
+                    cached[name] = [line]
+            self.operands[id(scope)] = cached
+        return cached or {}
 
     def _string(self, node: ast.Constant, value: str) -> None:
         """A string constant -> another of the module's (`merged["port"]` meant `merged["timeout"]`),
@@ -1155,14 +1484,15 @@ class _Collector:
             self._replace_node(node, _literal(variant, quote), "string_variant")
 
     def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        """A parameter's default -> what it may have been meant to be (`page=0` -> `None`, ...);
-        numbers also go through `const_off_by_one`."""
+        """A parameter's default, keyword-only ones too -> what it may have been meant to be
+        (`default_variants`), anchored at the `def` line: a signature split over several lines has
+        its defaults below it, where no coverage ranks a line."""
         for default in [*node.args.defaults, *node.args.kw_defaults]:
             if default is None:
                 continue
             old = self.text.text(default)
             start, end = self.text.span(default)
-            for new in _DEFAULT_SWAPS.get(old, ()):  # anchored at the `def` line, wherever it sits
+            for new in default_variants(default, old, self.expected):
                 self._add(node, start, end, new, "default_swap", f"default `{old}` -> `{new}`")
 
     def _add_return(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
