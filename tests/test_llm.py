@@ -696,6 +696,19 @@ def test_a_stream_is_read_to_its_end_when_no_function_closes_it(server, project)
     assert not server.streams[0].hung_up
 
 
+def test_the_error_sent_back_speaks_the_format_the_prompt_asked_for(server, project):
+    """A model shown only the function prompt is never told to answer with SEARCH/REPLACE blocks it
+    was never taught: its errors say how to answer with a whole function; the SEARCH/REPLACE prompt's
+    errors still show the blocks."""
+    server.reply("I think the bug is in `mean`.")
+    [candidate] = drafter(server, prompt="function").draft(make_context(project), 1)
+    assert candidate.error and not candidate.changes and "SEARCH" not in candidate.error
+    assert candidate.error.endswith("Write the whole corrected function in one ```python block.")
+    server.reply("I think the bug is in `mean`.")
+    [candidate] = drafter(server, prompt="search-replace").draft(make_context(project, state_id=100), 1)
+    assert candidate.error and "<<<<<<< SEARCH" in candidate.error
+
+
 def test_streaming_is_off_for_the_search_replace_prompt_unless_asked(server, project):
     server.reply(CHATTY_FIX)
     drafter(server).draft(make_context(project), 1)

@@ -94,6 +94,24 @@ def test_a_reply_without_an_edit_names_the_formats_it_may_use() -> None:
     assert error is not None and "no unified diff)" in error and "'--- a/path'" in error
 
 
+def test_errors_advise_in_the_format_asked_for() -> None:
+    """A whole function that cannot be placed by name: the SEARCH/REPLACE prompt's model is pointed
+    to a SEARCH/REPLACE edit, the function prompt's model never hears of one."""
+    twice = "class A:\n    def f(self):\n        return 1\n\n\nclass B:\n    def f(self):\n        return 2\n"
+    project = Project({"m.py": twice})
+    reply = "```python\ndef f(self):\n    return 3\n```"
+    _, error = changes_from_reply(reply, project.read, suspicious=["m.py"])
+    assert error is not None and error.startswith("`f` matches 2 definitions in m.py")
+    assert error.endswith("use a SEARCH/REPLACE edit instead")
+    _, error = changes_from_reply(reply, project.read, suspicious=["m.py"], asked="function")
+    assert error is not None and error.startswith("`f` matches 2 definitions") and "SEARCH" not in error
+    _, error = changes_from_reply("no idea", project.read, suspicious=["m.py"], asked="function")
+    assert error == (
+        "the reply contains no edit (no corrected whole function). Write the whole corrected function in "
+        "one ```python block."
+    )
+
+
 def test_a_reply_in_a_format_not_asked_for_is_no_edit() -> None:
     diff = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
     project = Project({"calc.py": CALC})

@@ -194,7 +194,8 @@ class LLMDrafter:
             request = {"messages": messages or _messages(context), "max_tokens": self._reply_budget(context)}
             answered = functools.partial(_answered, context) if messages is not None else None
             calls = self._sample(request, n, answered=answered)
-            drafts = [self._edit(context, c) for call in calls for c in call.completions]
+            asked: Format = "function" if messages is not None else "search-replace"
+            drafts = [self._edit(context, c, asked) for call in calls for c in call.completions]
         self._warm_up_if_repeating(context.state_id, drafts)
         kept = _distinct(drafts, context.rejected)
         if not kept:  # say so to the model, and keep what the calls cost on the books
@@ -450,11 +451,12 @@ class LLMDrafter:
             "reply": redact(reply, [self._api_key()]),
         }
 
-    def _edit(self, context: DraftContext, completion: _Completion) -> Candidate:
-        """The candidate a chat reply proposes, or one whose error tells the model what to fix."""
+    def _edit(self, context: DraftContext, completion: _Completion, asked: Format) -> Candidate:
+        """The candidate a chat reply proposes, or one whose error tells the model what to fix (in the
+        edit format its prompt `asked` for)."""
         meta = self._meta(completion)
         summary = _summary(completion.text)
-        changes, error = _changes(context, completion.text)
+        changes, error = _changes(context, completion.text, asked=asked)
         if error is not None:
             if completion.finish_reason == "length":
                 error += "\n(The reply was cut off at the token limit: send shorter edits.)"
@@ -643,13 +645,14 @@ def _summary(reply: str) -> str:
 
 
 def _changes(
-    context: DraftContext, reply: str, formats: tuple[Format, ...] = FORMATS
+    context: DraftContext, reply: str, formats: tuple[Format, ...] = FORMATS, *, asked: Format | None = None
 ) -> tuple[tuple[FileChange, ...], str | None]:
     """The file changes a reply makes to the project (`changes_from_reply`), or an error for the model."""
     return changes_from_reply(
         reply,
         functools.partial(read_for_edit, context.project),
         formats=formats,
+        asked=asked,
         protected=context.protected,
         suspicious=[path for path, _ in context.suspicious],
     )

@@ -10,8 +10,13 @@ class EditError(ValueError):
 
     When only some SEARCH/REPLACE blocks failed, `partial` holds the new contents produced by the ones
     that applied, so a caller can keep them (the message tells the model not to resend them).
+    `other_format` says that the change may go through in another edit format (a whole function that
+    cannot be located by name, say): the caller names the one the model was asked for.
     """
 
-    def __init__(self, message: str, *, partial: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, partial: Mapping[str, str] | None = None, other_format: bool = False
+    ) -> None:
         super().__init__(message)
         self.partial: dict[str, str] | None = dict(partial) if partial is not None else None
+        self.other_format = other_format

@@ -85,7 +85,8 @@ def apply_function_replacement(files: Mapping[str, str], edit: FunctionReplaceme
     except SyntaxError as err:
         raise EditError(
             f"{path} does not parse as Python (line {err.lineno}: {err.msg}), so `{edit.name}` can't be "
-            "located; use a SEARCH/REPLACE edit instead"
+            "located by name",
+            other_format=True,
         ) from None
     node = _find_def(tree, edit.name, path)
     lines = split_lines(text)
@@ -95,9 +96,7 @@ def apply_function_replacement(files: Mapping[str, str], edit: FunctionReplaceme
     def_line = lines[node.lineno - 1].encode()
     tail = lines[end - 1].encode()[node.end_col_offset or 0 :].decode().strip()
     if def_line[: node.col_offset].strip() or (tail and not tail.startswith("#")):
-        raise EditError(
-            f"`{edit.name}` in {path} shares a line with other code; use a SEARCH/REPLACE edit instead"
-        )
+        raise EditError(f"`{edit.name}` in {path} shares a line with other code", other_format=True)
     replacement = [indent + line if line.strip() else "\n" for line in _new_def_lines(edit)]
     result = join_lines(lines[:start] + replacement + lines[end:])
     try:
@@ -135,13 +134,12 @@ def _find_def(tree: ast.Module, name: str, path: str) -> _Def:
         places = ", ".join(f"{qualname} (line {node.lineno})" for qualname, node in found)
         raise EditError(
             f"`{name}` matches {len(found)} definitions in {path}: {places}; give the full name "
-            "(Class.method) of one, or use a SEARCH/REPLACE edit"
+            "(Class.method) of one",
+            other_format=True,
         )
     close = difflib.get_close_matches(name, [qualname for qualname, _ in defs], n=5)
-    hint = (
-        f"; did you mean {', '.join(close)}?" if close else "; check the name, or use a SEARCH/REPLACE edit"
-    )
-    raise EditError(f"no function `{name}` in {path}{hint}")
+    hint = f"; did you mean {', '.join(close)}?" if close else "; check the name"
+    raise EditError(f"no function `{name}` in {path}{hint}", other_format=not close)
 
 
 def _new_def_lines(edit: FunctionReplacement) -> list[str]:

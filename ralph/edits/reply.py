@@ -12,7 +12,7 @@ from typing import Literal
 
 from ralph.domain.candidate import FileChange, is_protected
 from ralph.edits.errors import EditError
-from ralph.edits.functions import apply_function_replacement, parse_function_blocks
+from ralph.edits.functions import INSTRUCTION, apply_function_replacement, parse_function_blocks
 from ralph.edits.paths import validate_edit_path
 from ralph.edits.search_replace import (
     BLOCK_FORMAT,
@@ -46,6 +46,7 @@ def changes_from_reply(
     formats: Sequence[Format] = FORMATS,
     protected: Iterable[str] = (),
     suspicious: Sequence[str] = (),
+    asked: Format | None = None,
 ) -> tuple[tuple[FileChange, ...], str | None]:
     """The file changes a reply makes, or () and an error written for the model.
 
@@ -54,12 +55,14 @@ def changes_from_reply(
     suspicious first, protected ones skipped) that defines a function of its name. `read(path)` is a
     file's current text (None: no such file; EditError: a file an edit may not use); it only ever sees
     paths checked here first, none of them matching the `protected` globs. A reply is used whole or
-    not at all, and one that changes nothing is an error too.
+    not at all, and one that changes nothing is an error too. An error's advice on how to answer is
+    in `asked`, the format the prompt asked for (default: the first of `formats`): a model shown only
+    the function prompt is never told to use SEARCH/REPLACE blocks it was never taught.
     """
     try:
         before, after = _contents(reply, read, formats, tuple(protected), suspicious)
     except EditError as err:
-        return (), _for_model(err)
+        return (), _for_model(err, asked or formats[0])
     changes = tuple(
         FileChange(path, before.get(path), after[path])
         for path in sorted(after)
@@ -86,7 +89,7 @@ def _contents(
         return current, apply_unified_diff(_existing(current), patches)
     if "function" in formats:
         return _whole_functions(reply, read, formats, protected, suspicious)
-    raise EditError(_no_edit(formats))
+    raise _NoEdit(formats)
 
 
 def _search_replace(edits: Sequence[SearchReplace], read: Read, protected: tuple[str, ...]) -> _Contents:
@@ -103,7 +106,7 @@ def _whole_functions(
     current = _existing(_current(paths, read, protected))
     replacements = parse_function_blocks(reply, current)
     if not replacements:
-        raise EditError(_no_edit(formats))
+        raise _NoEdit(formats)
     files = dict(current)
     for edit in replacements:
         files.update(apply_function_replacement(files, edit))
@@ -128,18 +131,35 @@ def _existing(current: Mapping[str, str | None]) -> dict[str, str]:
     return {path: text for path, text in current.items() if text is not None}
 
 
+class _NoEdit(EditError):
+    """A reply without an edit in any of the formats read (`_for_model` words it for the format asked)."""
+
+    def __init__(self, formats: Sequence[Format]) -> None:
+        super().__init__(_no_edit(formats))
+        self.formats = tuple(formats)
+
+
 def _no_edit(formats: Sequence[Format]) -> str:
-    """The error for a reply without an edit, showing the format to answer in."""
-    missing = ", no ".join(_NAMES[f] for f in formats)
-    if "search-replace" in formats:
-        how = f"Answer with SEARCH/REPLACE blocks, each written as:\n{BLOCK_FORMAT}"
-    else:
-        how = f"Answer with a unified diff: {DIFF_FORMAT}"
-    return f"the reply contains no edit (no {missing}). {how}"
+    return f"the reply contains no edit (no {', no '.join(_NAMES[f] for f in formats)})"
 
 
-def _for_model(err: EditError) -> str:
+def _how(asked: Format) -> str:
+    """How to answer in the format the prompt asked for."""
+    if asked == "function":
+        return INSTRUCTION
+    if asked == "udiff":
+        return f"Answer with a unified diff: {DIFF_FORMAT}"
+    return f"Answer with SEARCH/REPLACE blocks, each written as:\n{BLOCK_FORMAT}"
+
+
+def _for_model(err: EditError, asked: Format) -> str:
+    """The error as the model reads it, its advice in the format it was asked for."""
     message = str(err)
+    if isinstance(err, _NoEdit):
+        # Only the format asked for is named to a model asked for whole functions.
+        return f"{_no_edit(('function',) if asked == 'function' else err.formats)}. {_how(asked)}"
+    if err.other_format and asked != "function":
+        return f"{message}; use {'a unified diff' if asked == 'udiff' else 'a SEARCH/REPLACE edit'} instead"
     if err.partial is not None:
         # apply_search_replace ends with "N other blocks applied fine; don't resend them", which holds in
         # a chat; here a reply is kept whole or not at all, so the next reply must carry them again.
