@@ -612,6 +612,11 @@ def test_the_rarer_one_line_bugs_have_templates():
     assert first_fix("ok = n - i == 0\n", [1], "binop_swap_far") == "ok = n % i == 0\n"
     assert first_fix("a = w + h\n", [1], "binop_swap_far") == "a = w * h\n"
     assert first_fix("a = w * h\n", [1], "binop_swap_far") == "a = w + h\n"
+    assert first_fix("ok = balance == 0\n", [1], "compare_far") == "ok = balance < 0\n"
+    assert first_fix("ok = n != 0\n", [1], "compare_far") == "ok = n < 0\n"
+    assert not [
+        m for m in generate_mutants("ok = s == 'a' or x == None\n", [1]) if m.operator == "compare_far"
+    ]
     assert first_fix("d = a - b\n", [1], "wrap_abs") == "d = abs(a - b)\n"
     assert first_fix("r = (j, i)\n", [1], "swap_elements") == "r = (i, j)\n"
     assert first_fix("ok = x in s\n", [1], "swap_operands") == "ok = s in x\n"

@@ -142,6 +142,25 @@ BUGS = {
             "        assert caesar_decode(caesar_encode(word, 3), 3) == word\n"
         ),
     },
+    "an_equality_meant_an_ordering": {
+        "ledger.py": (
+            "def goes_negative(operations):\n"
+            '    """Whether the balance, starting at 0, ever falls below 0."""\n'
+            "    balance = 0\n"
+            "    for op in operations:\n"
+            "        balance += op\n"
+            "        if balance == 0:\n"
+            "            return True\n"
+            "    return False\n"
+        ),
+        "tests/test_ledger.py": (
+            "from ledger import goes_negative\n\n\n"
+            "def test_an_overdraft():\n    assert goes_negative([1, -4, 5])\n\n\n"
+            "def test_an_overdraft_by_one():\n    assert goes_negative([1, -2])\n\n\n"
+            "def test_a_balance_that_stays_positive():\n    assert not goes_negative([1, 2])\n\n\n"
+            "def test_a_balance_that_touches_zero():\n    assert not goes_negative([1, -1, 2])\n"
+        ),
+    },
 }
 
 
@@ -151,6 +170,9 @@ FIXED_BY = {
     "operand_of_the_wrong_range": "operand_substitute",
     "the_same_slip_in_two_functions": "everywhere",
 }
+# Where the fix takes that template after a simpler partial one (`== 0` -> `== -1` fixes two of the
+# three failing tests, then `== -1` -> `<= -1`, the same as `< 0` on integers).
+FIXED_WITH = {"an_equality_meant_an_ordering": "compare_far"}
 
 
 @pytest.mark.slow
@@ -162,6 +184,8 @@ def test_the_offline_drafter_fixes(bug, make_repo):
     assert outcome.result.outcome == "goal", bug
     if bug in FIXED_BY:
         assert _accepted_operators(outcome.trace) == [FIXED_BY[bug]]
+    if bug in FIXED_WITH:
+        assert FIXED_WITH[bug] in _accepted_operators(outcome.trace)
 
 
 def _accepted_operators(trace) -> list[str]:

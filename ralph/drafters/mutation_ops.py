@@ -150,6 +150,7 @@ COSTS = {
     "string_swap": 3,
     "drop_operand": 3,
     "binop_swap_far": 3,
+    "compare_far": 3,
     "augassign_to_assign": 2,
     "string_variant": 3,
     "swap_elements": 3,
@@ -251,6 +252,10 @@ _COMPARE_FLIPS: dict[str, tuple[str, ...]] = {
     "in": ("not in",),
     "not in": ("in",),
 }
+
+# Rarer confusions of an equality with an ordering, tried after the simple flips (`balance == 0` meant
+# `balance < 0`: a test that only checks the boundary passes either way).
+_COMPARE_FAR: dict[str, tuple[str, ...]] = {"==": ("<", ">", "<=", ">="), "!=": ("<", ">")}
 
 # Comparisons where `a op b` and `b op a` differ (swapping them is a distinct repair).
 _ORDERED_COMPARES = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
@@ -1267,6 +1272,11 @@ class _Collector:
                 if old.startswith("is") and new in ("==", "!=") and singleton:
                     continue  # `x is None` -> `x == None` changes nothing worth trying
                 self._swap_operator(node, left, right, old, new, "compare_flip")
+            if not singleton and not any(
+                isinstance(n, ast.Constant) and isinstance(n.value, str | bytes) for n in (left, right)
+            ):
+                for new in _COMPARE_FAR.get(old, ()):
+                    self._swap_operator(node, left, right, old, new, "compare_far")
             left = right
         if len(node.ops) == 1 and isinstance(node.ops[0], _ORDERED_COMPARES):
             self._swap_nodes(node, node.left, node.comparators[0], "swap_operands", wrap=True)
