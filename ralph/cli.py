@@ -262,7 +262,7 @@ def _run_fix(
     if as_json:
         _out(json.dumps(summary))
     else:
-        _print_ending(console, summary, outcome, path, apply)
+        _print_ending(console, summary, outcome, path)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -344,14 +344,12 @@ def _fix_summary(outcome: FixOutcome, path: Path) -> dict[str, Any]:
     return summary
 
 
-def _print_ending(
-    console: Console, summary: dict[str, Any], outcome: FixOutcome, path: Path, applied_asked: bool
-) -> None:
+def _print_ending(console: Console, summary: dict[str, Any], outcome: FixOutcome, path: Path) -> None:
     """The summary table, the next steps and, for an interrupted run, how to resume it."""
     from ralph.view import summary_table
 
     console.print(summary_table(summary))
-    for line in _next_steps(outcome, applied_asked):
+    for line in _next_steps(outcome):
         console.print(Text(line), highlight=False)
     if "resume" in summary:
         console.print(Text(f"interrupted; to continue: {summary['resume']}"), highlight=False)
@@ -827,7 +825,7 @@ def main() -> None:
         sys.exit(3)
 
 
-def _next_steps(outcome: Any, applied_asked: bool) -> list[str]:
+def _next_steps(outcome: Any) -> list[str]:
     """What happened, in a few lines, and what to run next."""
     from ralph.endings import budget_spent, still_failing, uncommitted, why
 
@@ -848,25 +846,40 @@ def _next_steps(outcome: Any, applied_asked: bool) -> list[str]:
     lines += [line.rstrip() for line in stat.splitlines() if line.strip()]
     if outcome.applied:
         lines.append(f"applied to your working tree: {', '.join(outcome.applied)}")
-    return [*lines, _next_commands(outcome, bool(outcome.applied) or applied_asked)]
+    return [*lines, _next_commands(outcome, bool(outcome.applied))]
 
 
 def _next_commands(outcome: Any, applied: bool) -> str:
     """How to see the fix and take it, in commands that work where the user stands: on a clean tree
     the branch is one commit on their HEAD (`git merge` fast-forwards); with uncommitted changes it
     sits on a snapshot of them, so the fix goes in as a patch onto the working tree (which `git apply`
-    refuses whole when a file changed since)."""
+    refuses whole when a file changed since). A file the fix changed that is untracked in the user's
+    tree is not in the branch's base (the branch adds it whole): both would refuse it, so it is
+    restored from the branch, and the rest goes in as a patch."""
     from ralph.gitops import run_git
 
     branch, base = outcome.branch, outcome.base_commit
-    toplevel = shlex.quote(str(outcome.toplevel))
-    steps = int(run_git(outcome.toplevel, "rev-list", "--count", f"{base}..{branch}").strip() or 0)
-    show = f"git show {branch}" if steps == 1 else f"git diff {base[:12]} {branch}"
+    top = Path(outcome.toplevel)
+    git = f"git -C {shlex.quote(str(top))}"
+    quoted = shlex.quote(branch)
+    steps = int(run_git(top, "rev-list", "--count", f"{base}..{branch}").strip() or 0)
+    show = f"{git} show {quoted}" if steps == 1 else f"{git} diff {base[:12]} {quoted}"
     if applied:
         return f"next: {show}"
-    if outcome.head == base:
-        return f"next: {show}   |   git merge {branch}"
-    return f"next: {show}   |   git -C {toplevel} diff {base[:12]} {branch} | git -C {toplevel} apply"
+    changed = run_git(top, "diff", "--name-only", "--no-renames", "-z", base, branch).split("\0")
+    known = set(run_git(top, "ls-tree", "-r", "-z", "--name-only", base).split("\0"))
+    untracked = [p for p in changed if p and p not in known and (top / p).exists()]
+    if outcome.head == base and not untracked:
+        return f"next: {show}   |   {git} merge {quoted}"
+    patch = f"{git} diff --binary --no-color --no-ext-diff {base[:12]} {quoted}"
+    if untracked:
+        rest = [p for p in changed if p and p not in untracked]
+        restore = f"{git} restore --source={quoted} --worktree -- {' '.join(map(shlex.quote, untracked))}"
+        if not rest:
+            return f"next: {show}   |   {restore}"
+        paths = " ".join(map(shlex.quote, rest))
+        return f"next: {show}   |   {patch} -- {paths} | {git} apply && {restore}"
+    return f"next: {show}   |   {patch} | {git} apply"
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:

@@ -125,16 +125,14 @@ _RESUMABLE = frozenset({"interrupted", "error"})
 
 def load_resume(path: Path, run: str) -> Resume:
     """The state of a run of the repository at `path`, by its id (its trace in .ralph/runs) or by its
-    trace file (one written with --trace); a torn last record is cut off first."""
+    trace file (one written with --trace); a torn last record is cut off, once the file is known to be
+    a resumable trace of this repository (any other file is left as it is)."""
     toplevel, subdir = open_repo(path)
     given = Path(run).is_file()
     trace = Path(run) if given else toplevel / ".ralph" / "runs" / run / "trace.jsonl"
     if not trace.is_file():
         raise RalphError(f"--resume {run}: no such run id (no trace at {trace}) or trace file")
-    data = trace.read_bytes()
-    if data and not data.endswith(b"\n"):  # a crash mid-write: drop the torn record
-        trace.write_bytes(data[: data.rfind(b"\n") + 1])
-    records = read_trace(trace)
+    records = read_trace(trace)  # (whole records only: a torn last one is cut off below, once known a trace)
     start = next((r for r in records if r["type"] == "run_start" and "baseline" in r), None)
     if start is None or "stages" not in (start.get("baseline") or {}):
         raise RalphError(f"--resume {run}: the trace has no finished baseline to resume from")
@@ -148,6 +146,9 @@ def load_resume(path: Path, run: str) -> Resume:
         raise RalphError(
             f"--resume {run_id}: that run finished ({outcome}); start a new run (ralph fix) instead"
         )
+    data = trace.read_bytes()
+    if data and not data.endswith(b"\n"):  # a crash mid-write: drop the torn record
+        trace.write_bytes(data[: data.rfind(b"\n") + 1])
     iterations = [r for r in records if r["type"] == "iteration"]
     rejected, tip = _rejected_and_tip(records)
     baseline = Observation()

@@ -13,6 +13,7 @@ core) and is pinned to the model: requests name it `smol`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import os
 import shutil
@@ -54,8 +55,17 @@ def cache_dir() -> Path:
 def converted(cache: Path | None = None) -> Path:
     """The model as a folder transformers serves (converted once; later calls reuse it)."""
     folder = (cache or cache_dir()) / NAME
-    if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
-        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # One conversion at a time (pytest-xdist workers each start a server): a second one would delete
+    # the folder another worker's server is loading.
+    with (folder.parent / f"{NAME}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ((folder / "config.json").is_file() and (folder / "model.safetensors").is_file()):
+            _convert(folder)
+    return folder
+
+
+def _convert(folder: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -77,7 +87,6 @@ def converted(cache: Path | None = None) -> Path:
     plain.save_pretrained(partial)
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)  # whole or not at all: a killed conversion leaves no half folder
-    return folder
 
 
 def _free_port() -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tests.conftest import BUGGY_WINDOWS, git, run_ralph
@@ -129,3 +131,24 @@ def test_without_bubblewrap_ralph_refuses_unless_told_otherwise(make_repo, monke
     with pytest.raises(RalphError, match=r"refusing to run untrusted code.*--no-sandbox"):
         fix(repo, RunConfig(sandbox=True), view=QuietView())
     assert fix(repo, RunConfig(sandbox=False), view=QuietView(notices=False)).result.outcome == "goal"
+
+
+def test_a_test_file_only_our_python_cannot_parse_is_not_called_unparsable(tmp_path):
+    """ralph's Python may be older than the project's: a test module in newer syntax that pytest could
+    not collect (a syntax error in what it imports) is the loop's to fix, not bad input."""
+    import stat
+
+    from ralph.domain.results import StageResult, TestResult
+    from ralph.validators.pytest_run import unparsable_tests
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_new.py").write_text("type Pair = tuple[int, int]\n\ndef test_pair(:\n")
+    result = StageResult(
+        "tests", False, 1.0, tests=[TestResult("tests/test_new.py", "error", message="E   SyntaxError")]
+    )
+    found = unparsable_tests(result, ["tests/*"], tmp_path, python=sys.executable)
+    assert found is not None and found.filename == "tests/test_new.py"
+    newer = tmp_path / "python3.99"  # an interpreter that parses it
+    newer.write_text("#!/bin/sh\nexit 0\n")
+    newer.chmod(newer.stat().st_mode | stat.S_IEXEC)
+    assert unparsable_tests(result, ["tests/*"], tmp_path, python=str(newer)) is None

@@ -196,7 +196,7 @@ def test_the_ending_says_what_changed_and_what_to_run_next(make_repo):
     proc = run_ralph("fix", str(repo), "--no-sandbox")
     assert proc.returncode == 0, proc.stderr
     assert "windows.py | 2 +-" in proc.stdout and "1 file changed" in proc.stdout
-    assert "next: git show ralph/" in proc.stdout and "git merge ralph/" in proc.stdout
+    assert f"next: git -C {repo} show ralph/" in proc.stdout and f"git -C {repo} merge ralph/" in proc.stdout
     clean = make_repo({"tests/test_ok.py": "def test_ok():\n    pass\n"}, name="clean")
     proc = run_ralph("fix", str(clean), "--no-sandbox")
     assert proc.returncode == 0 and "nothing to fix" in proc.stdout

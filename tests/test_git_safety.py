@@ -234,6 +234,17 @@ def test_resume_refuses_a_finished_run_and_bad_budgets(make_repo, tmp_path):
     assert proc.returncode == 2 and "--max-iterations" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_resume_leaves_a_file_that_is_no_trace_as_it_is(make_repo, tmp_path):
+    """--resume FILE names a file the user typed: one that is not a trace of this repository exits 2
+    and keeps every byte (a torn last record is cut off only in a trace to resume)."""
+    repo = make_repo(BUGGY_WINDOWS)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("line one\nimportant last line")
+    proc = run_ralph("fix", str(repo), "--resume", str(notes), "--no-sandbox")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert notes.read_text() == "line one\nimportant last line"
+
+
 @pytest.mark.slow
 def test_resume_never_verifies_again_what_the_run_rejected(make_repo, tmp_path):
     repo = make_repo(BUGGY_WINDOWS)

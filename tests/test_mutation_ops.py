@@ -758,6 +758,21 @@ def test_an_operator_or_a_name_changes_at_every_site_that_parses_around_it():
     assert not [d for d in found if "-> `n`" in d]  # (`a`'s own parameter is not visible in `b`)
 
 
+def test_every_site_gets_a_name_of_its_kind_and_a_negative_power_base_keeps_its_sign():
+    """`cls` is never swapped for `__all__` or a module constant at every site; the sites' own names
+    come first. A number one down at the left of `**` is `(-1) ** x`, not `-(1 ** x)`."""
+    source = (
+        "__all__ = ['a']\n__version__ = '1'\nDEFAULT = None\n\n\n"
+        "def a(cls, klass):\n    return cls is None\n\n\n"
+        "def b(cls, klass):\n    return cls is None\n"
+    )
+    names = [m.description for m in generate_mutants(source, [7]) if m.operator == "everywhere"]
+    assert [d.split("`")[3] for d in names if d.startswith("line 7: `cls` ->")] == ["klass", "DEFAULT"]
+    powers = "def f(x):\n    return 0 ** x\n\n\ndef g(x):\n    return 0 ** x\n"
+    made = [m.source for m in generate_mutants(powers, [2]) if "-1" in m.source]
+    assert made and all("(-1) ** x" in text and "-1 **" not in text for text in made)
+
+
 def test_a_shape_at_too_many_sites_and_too_many_shapes_are_bounded():
     from ralph.drafters.mutation_ops import MAX_EVERYWHERE, MAX_SITES
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -206,7 +207,8 @@ class PytestValidator:
             result = self.check(Scope(timeout_s=timeout_s), coverage=coverage)
         finally:
             self.trusted = trusted
-        if (broken := unparsable_tests(result, protected, self.toolchain.project)) is not None:
+        broken = unparsable_tests(result, protected, self.toolchain.project, python=self.toolchain.python)
+        if broken is not None:
             where = self.toolchain.user_project / str(broken.filename)
             raise RalphError(
                 f"{where}:{broken.lineno}: {type(broken).__name__}: {broken.msg} (a test file that does not "
@@ -226,10 +228,13 @@ _NAMED_FILE = re.compile(r'File "([^"]+)", line \d+')
 _UNPARSABLE = ("SyntaxError", "IndentationError", "TabError")
 
 
-def unparsable_tests(result: StageResult, protected: Sequence[str], project: Path) -> SyntaxError | None:
+def unparsable_tests(
+    result: StageResult, protected: Sequence[str], project: Path, python: str | None = None
+) -> SyntaxError | None:
     """The first file of `protected` that pytest could not load for a syntax error (a test module it
     could not collect, a conftest.py it could not import), as the parser says it (`filename` relative
-    to the project); None when there is none."""
+    to the project); None when there is none. With `python`, the project's interpreter must refuse it
+    too (a newer Python parses what ours does not: the syntax error is then in what the test imports)."""
     named = [
         t.nodeid
         for t in result.tests
@@ -243,10 +248,21 @@ def unparsable_tests(result: StageResult, protected: Sequence[str], project: Pat
         try:
             compile((project / path).read_bytes(), path, "exec", dont_inherit=True)
         except SyntaxError as exc:  # (IndentationError and TabError are SyntaxErrors)
-            return exc
+            if python is None or not _parses_in(python, project / path):
+                return exc
         except (OSError, ValueError):  # unreadable, or a null byte: pytest's to report
             continue
     return None
+
+
+def _parses_in(python: str, path: Path) -> bool:
+    """Whether `python` compiles the file (it runs none of it)."""
+    code = "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec', dont_inherit=True)"
+    try:
+        proc = subprocess.run([python, "-I", "-c", code, str(path)], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
 
 
 def gate_tests(toolchain: Toolchain, warm: bool, test_timeout_s: float, workers: int = 0) -> PytestValidator:

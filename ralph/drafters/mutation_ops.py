@@ -668,6 +668,11 @@ def _short(text: str, limit: int = 40) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def _signed(text: str, pow_base: bool) -> str:
+    """A negative number as the left operand of `**` keeps its sign inside (`(-1) ** x`)."""
+    return f"({text})" if pow_base and text.startswith("-") else text
+
+
 def _format_int(value: int, like: str) -> str:
     """`value` written in the base of the literal `like` (hex stays hex)."""
     prefix = like[:2].lower()
@@ -773,6 +778,7 @@ class _Collector:
         self.seeds: list[tuple[ast.BinOp | ast.Compare, ast.AST]] = []  # operations at wanted lines
         self.edits: list[_Edit] = []
         self.skip_const: set[int] = set()  # ids of int literals already mutated as `-n`
+        self.pow_bases: set[int] = set()  # ids of the left operands of `**` (`-1 ** x` is `-(1 ** x)`)
         self.call_funcs: set[int] = set()  # ids of Names called as functions
         self.bindings: dict[int, dict[str, int]] = {}  # scope id -> name -> first binding line
         self.types: dict[int, dict[str, str]] = {}  # scope id -> name -> its one known type
@@ -1093,11 +1099,22 @@ class _Collector:
             number = _signed_number(node)
             return [] if number is None else [repr(number + 1), repr(number - 1)]
         module = set(self._scope_bindings(self.tree))
-        visible = [set(self._scope_bindings(s.scope)) | module for s in group]
+        local = [set(self._scope_bindings(s.scope)) for s in group]
         other = {_leaf(s.right if part == "left" else s.left) for s in group}  # (not `i < i`)
-        names = set.intersection(*visible) - {old, *other, *_NEVER_SUBSTITUTED}
-        words = _words(old)
-        ranked = sorted(names, key=lambda name: (-len(words & _words(name)), name))
+        names = set.intersection(*(names | module for names in local)) - {old, *other, *_NEVER_SUBSTITUTED}
+        names = {name for name in names if not (name.startswith("__") and name.endswith("__"))}
+        words, shared = _words(old), set.intersection(*local)
+        # A namesake first, then the names every site's own function binds, then the module's; a
+        # constant for a constant (`cls` -> `__version__` or `MAX` is no slip of a name).
+        ranked = sorted(
+            names,
+            key=lambda name: (
+                -len(words & _words(name)),
+                name not in shared,
+                name.isupper() != old.isupper(),
+                name,
+            ),
+        )
         return ranked[:MAX_EVERYWHERE_NAMES]
 
     def _add_everywhere(self, key: _Shape, new: str, seed: _Site, group: list[tuple[_Site, _Chain]]) -> None:
@@ -1113,6 +1130,10 @@ class _Collector:
                 start, end = self.text.span(node)
                 literal = self.text.source[start:end]
                 text = _format_int(int(new), literal) if _int_literal_value(literal) is not None else new
+                pow_base = (
+                    part == "left" and isinstance(site.node, ast.BinOp) and isinstance(site.node.op, ast.Pow)
+                )
+                text = _signed(text, pow_base)
             parts.append((start, end, _pad(self.text.source, start, end, text), chain))
         parts.sort(key=lambda p: p[0])
         if any(a[1] > b[0] for a, b in itertools.pairwise(parts)) or not self._parse_parts(parts):
@@ -1227,6 +1248,8 @@ class _Collector:
             self._negate(node.test)
 
     def _binop(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.Pow):
+            self.pow_bases.add(id(node.left))
         old = _BINOP_TOKENS[type(node.op)]
         for new in _BINOP_SWAPS[old]:
             self._swap_operator(node, node.left, node.right, old, new, "binop_swap")
@@ -1337,10 +1360,11 @@ class _Collector:
             literal = self.text.text(node)
             if _int_literal_value(literal) != value:
                 return
+            base = id(node) in self.pow_bases
             for new_value in (value + 1, value - 1):
-                self._replace_node(node, _format_int(new_value, literal), "const_off_by_one")
+                self._replace_node(node, _signed(_format_int(new_value, literal), base), "const_off_by_one")
             for new_value in (value + 2, value - 2):
-                self._replace_node(node, _format_int(new_value, literal), "const_off_by_two")
+                self._replace_node(node, _signed(_format_int(new_value, literal), base), "const_off_by_two")
 
     def _call(self, node: ast.Call) -> None:
         func = node.func

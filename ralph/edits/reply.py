@@ -57,12 +57,13 @@ def changes_from_reply(
     paths checked here first, none of them matching the `protected` globs. A reply is used whole or
     not at all, and one that changes nothing is an error too. An error's advice on how to answer is
     in `asked`, the format the prompt asked for (default: the first of `formats`): a model shown only
-    the function prompt is never told to use SEARCH/REPLACE blocks it was never taught.
+    the function prompt is never told to use SEARCH/REPLACE blocks it was never taught (with no
+    `formats`, a replayed edit's error speaks SEARCH/REPLACE).
     """
     try:
         before, after = _contents(reply, read, formats, tuple(protected), suspicious)
     except EditError as err:
-        return (), _for_model(err, asked or formats[0])
+        return (), _for_model(err, asked or (formats[0] if formats else "search-replace"))
     changes = tuple(
         FileChange(path, before.get(path), after[path])
         for path in sorted(after)
