@@ -5,6 +5,8 @@ transformers, on CUDA in bfloat16 when there is a GPU, else on the CPU in float3
 Dream, Dream-Coder and DiffuCoder; any transformers masked LM whose tokenizer has a mask token (BERT,
 ModernBERT, ...) works too. Only `model(input_ids).logits` is ever called: the models' own generation
 code does not run under transformers 5, and the sampling is ralph's (`ralph.drafters.sampler`).
+DiffusionGemma checkpoints are the exception: they draft through transformers' own generation
+(`ralph.drafters.diffusion_gemma`).
 
 Two ways to draft, for each state of the code:
 
@@ -40,6 +42,7 @@ from ralph.sandboxes.workspace import read_text_beneath
 if TYPE_CHECKING:
     import torch
 
+    from ralph.drafters.diffusion_gemma import DiffusionGemmaDrafter
     from ralph.drafters.sampler import DecodeStats, SamplerSettings, TailFn
 
 INSTALL_HINT = "the diffusion drafter needs `pip install 'ralph-loop[diffusion]'`"
@@ -60,6 +63,8 @@ class Preset:
     # only ever called as model(input_ids), so their padded rows are filled with end-of-text instead,
     # which is what their instruction data pads answers with.
     padding_mask: bool = True
+    # The model drafts through its own `generate` (ralph.drafters.diffusion_gemma), not ralph's sampler.
+    own_generation: bool = False
 
 
 _LLADA = Preset(
@@ -85,8 +90,17 @@ PRESETS: dict[str, Preset] = {
     "Dream-org/Dream-Coder-v0-Instruct-7B": replace(_DREAM, name="dream-coder"),
     "apple/DiffuCoder-7B-cpGRPO": replace(_DREAM, name="diffucoder"),
 }
-# Local copies are recognized by the model_type of their config.json (DiffuCoder's is Dream's).
-_MODEL_TYPES = {"llada": _LLADA, "dream": _DREAM}
+_DIFFUSION_GEMMA = Preset(
+    "diffusion-gemma",
+    None,
+    shift=False,
+    auto_class="DiffusionGemmaForBlockDiffusion",
+    own_generation=True,
+)
+# Local copies are recognized by the model_type of their config.json (DiffuCoder's is Dream's), or by
+# their architecture.
+_MODEL_TYPES = {"llada": _LLADA, "dream": _DREAM, "diffusion_gemma": _DIFFUSION_GEMMA}
+_ARCHITECTURES = {"DiffusionGemmaForBlockDiffusion": _DIFFUSION_GEMMA}
 
 
 @dataclass(frozen=True)
@@ -124,8 +138,9 @@ class DiffusionOptions:
             )
 
 
-def create_diffusion_drafter(spec: str, **options: Any) -> DiffusionDrafter:
-    """The drafter for `diffusion:MODEL`; `options` are the fields of `DiffusionOptions`."""
+def create_diffusion_drafter(spec: str, **options: Any) -> DiffusionDrafter | DiffusionGemmaDrafter:
+    """The drafter for `diffusion:MODEL`; `options` are the fields of `DiffusionOptions`. A DiffusionGemma
+    checkpoint gets the drafter that runs its own generation."""
     model = spec.removeprefix("diffusion:")
     if not spec.startswith("diffusion:") or not model.strip():
         raise RalphError("--drafter diffusion:MODEL needs a model: a Hugging Face id or a local directory")
@@ -136,7 +151,7 @@ def create_diffusion_drafter(spec: str, **options: Any) -> DiffusionDrafter:
             f"unknown diffusion drafter option {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
     opts = DiffusionOptions(**options)
-    lm = load_diffusion_model(
+    loaded = load_checkpoint(
         model,
         device=opts.device,
         mask_id=opts.mask_id,
@@ -144,14 +159,67 @@ def create_diffusion_drafter(spec: str, **options: Any) -> DiffusionDrafter:
         trust_remote_code=opts.trust_remote_code,
         max_context=opts.max_context,
     )
-    return DiffusionDrafter(lm, opts)
+    if loaded.preset.own_generation:
+        from ralph.drafters.diffusion_gemma import DiffusionGemmaDrafter, DiffusionGemmaLM
+
+        return DiffusionGemmaDrafter(DiffusionGemmaLM(loaded), opts)
+    return DiffusionDrafter(DiffusionLM.of(loaded), opts)
 
 
 # ---------------------------------------------------------------------------------------------------
 # Loading
 
 
-class DiffusionLM:
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded model, its tokenizer and preset, before a drafter wraps them."""
+
+    name: str  # as the user gave it
+    preset: Preset
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    max_context: int  # tokens: the option, capped by the model's own limit
+
+
+class TextCodec:
+    """The tokenizer side of a loaded model: text to token ids and back, and chat prompts."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        cls, bos, sep = tokenizer.cls_token_id, tokenizer.bos_token_id, tokenizer.sep_token_id
+        # Text is framed like the model's training text: [CLS] ... [SEP] for BERT-style models, a
+        # beginning-of-text token where the tokenizer has one. That also keeps position 0 unmasked,
+        # which a shifted model cannot score.
+        self.begin: list[int] = [cls] if cls is not None else [bos] if bos is not None else []
+        self.end: list[int] = [sep] if cls is not None and sep is not None else []
+
+    @property
+    def can_chat(self) -> bool:
+        """Whether the tokenizer has a chat template (an instruction-tuned model)."""
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without special tokens added."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def text(self, ids: Sequence[int]) -> str:
+        """The text of token ids, special tokens dropped."""
+        return str(
+            self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        )
+
+    def chat_prompt(self, message: str) -> list[int]:
+        """Token ids of a user turn asking `message`, up to where the answer starts."""
+        if not self.can_chat:
+            return [*self.begin, *self.encode(message + "\n\n")]
+        text = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+        )
+        return self.encode(str(text))
+
+
+class DiffusionLM(TextCodec):
     """A loaded model and its tokenizer: a `sampler.LogitsFn`, with a prefix cache where the model has one.
 
     The prefix cache is used when the model's forward takes a transformers `Cache` (`cache` or
@@ -165,9 +233,9 @@ class DiffusionLM:
     def __init__(
         self, name: str, model: Any, tokenizer: Any, preset: Preset, *, device: torch.device, max_context: int
     ) -> None:
+        super().__init__(tokenizer)
         self.name = name
         self.model = model
-        self.tokenizer = tokenizer
         self.preset = preset
         self.device = device
         self.max_context = max_context
@@ -180,16 +248,16 @@ class DiffusionLM:
         if vocab is not None and not 0 <= mask_id < vocab:
             raise RalphError(f"{name}: mask id {mask_id} is outside the model's {vocab}-token vocabulary")
         self._cache_kwarg = _cache_kwarg(model)
-        cls, bos, sep = tokenizer.cls_token_id, tokenizer.bos_token_id, tokenizer.sep_token_id
-        # Text is framed like the model's training text: [CLS] ... [SEP] for BERT-style models, a
-        # beginning-of-text token where the tokenizer has one. That also keeps position 0 unmasked,
-        # which a shifted model cannot score.
-        self.begin: list[int] = [cls] if cls is not None else [bos] if bos is not None else []
-        self.end: list[int] = [sep] if cls is not None and sep is not None else []
         vocabulary = tokenizer.get_vocab()
         named = [vocabulary.get(token) for token in preset.stop_tokens]
         self.stop_ids: list[int] = _unique([*named, tokenizer.eos_token_id, *self.end])
         self.pad_id: int = self._pad_id()
+
+    @classmethod
+    def of(cls, checkpoint: Checkpoint) -> DiffusionLM:
+        """The loaded checkpoint as a `sampler.LogitsFn`."""
+        c = checkpoint
+        return cls(c.name, c.model, c.tokenizer, c.preset, device=c.device, max_context=c.max_context)
 
     def _pad_id(self) -> int:
         if not self.preset.padding_mask and self.stop_ids:
@@ -234,30 +302,6 @@ class DiffusionLM:
 
         return out.logits, tail
 
-    @property
-    def can_chat(self) -> bool:
-        """Whether the tokenizer has a chat template (an instruction-tuned model)."""
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without special tokens added."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def text(self, ids: Sequence[int]) -> str:
-        """The text of token ids, special tokens dropped."""
-        return str(
-            self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        )
-
-    def chat_prompt(self, message: str) -> list[int]:
-        """Token ids of a user turn asking `message`, up to where the answer starts."""
-        if not self.can_chat:
-            return [*self.begin, *self.encode(message + "\n\n")]
-        text = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
-        )
-        return self.encode(str(text))
-
 
 def load_diffusion_model(
     model: str,
@@ -268,8 +312,36 @@ def load_diffusion_model(
     trust_remote_code: bool | None = None,
     max_context: int = 4096,
 ) -> DiffusionLM:
-    """Load MODEL (a Hugging Face id or a local directory) with its preset; raises RalphError when the
-    extra is missing or the model cannot be loaded. A local directory is loaded with local_files_only."""
+    """Load MODEL (a Hugging Face id or a local directory) with its preset for ralph's sampler; raises
+    RalphError when the extra is missing, the model cannot be loaded, or it drafts through its own
+    generation (DiffusionGemma), which the sampler does not drive."""
+    loaded = load_checkpoint(
+        model,
+        device=device,
+        mask_id=mask_id,
+        shift=shift,
+        trust_remote_code=trust_remote_code,
+        max_context=max_context,
+    )
+    if loaded.preset.own_generation:
+        raise RalphError(
+            f"{model}: a {loaded.preset.name} model decodes with its own generation, not ralph's sampler"
+        )
+    return DiffusionLM.of(loaded)
+
+
+def load_checkpoint(
+    model: str,
+    *,
+    device: str | None = None,
+    mask_id: int | None = None,
+    shift: bool | None = None,
+    trust_remote_code: bool | None = None,
+    max_context: int = 4096,
+) -> Checkpoint:
+    """Load MODEL (a Hugging Face id or a local directory) and its tokenizer, with the preset its id or
+    config.json implies; raises RalphError when the extra is missing or the model cannot be loaded. A
+    local directory is loaded with local_files_only."""
     try:
         import torch
         import transformers
@@ -277,15 +349,18 @@ def load_diffusion_model(
         raise RalphError(INSTALL_HINT) from None
     path = Path(model).expanduser()
     local = path.is_dir()
-    if not local and (model.startswith((".", "/", "~")) or model.count("/") > 1):
-        raise RalphError(f"diffusion model {model}: no such directory")
-    preset = _preset(model, _read_config(path) if local else _hub_config(model))
+    preset = preset_for(model)
     preset = replace(
         preset,
         mask_id=preset.mask_id if mask_id is None else mask_id,
         shift=preset.shift if shift is None else shift,
         trust_remote_code=preset.trust_remote_code if trust_remote_code is None else trust_remote_code,
     )
+    auto = getattr(transformers, preset.auto_class, None)
+    if auto is None:
+        raise RalphError(
+            f"diffusion model {model}: transformers {transformers.__version__} has no {preset.auto_class}"
+        )
     target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if target.type == "cuda" and not torch.cuda.is_available():
         raise RalphError(
@@ -297,15 +372,26 @@ def load_diffusion_model(
     common = {"trust_remote_code": preset.trust_remote_code, "local_files_only": local}
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **common)
-        auto = getattr(transformers, preset.auto_class)
         net = auto.from_pretrained(source, **{dtype_kwarg: dtype}, **common).to(target).eval()
     except (OSError, ValueError, ImportError, RuntimeError) as exc:
         raise RalphError(f"cannot load diffusion model {model}: {_first_line(exc)}") from None
-    limit = getattr(net.config, "max_position_embeddings", None) or getattr(
-        net.config, "max_sequence_length", None
+    text_config = net.config.get_text_config() if hasattr(net.config, "get_text_config") else net.config
+    limit = getattr(text_config, "max_position_embeddings", None) or getattr(
+        text_config, "max_sequence_length", None
     )
     context = min(max_context, int(limit)) if limit else max_context
-    return DiffusionLM(model, net, tokenizer, preset, device=target, max_context=context)
+    return Checkpoint(model, preset, net, tokenizer, target, context)
+
+
+def preset_for(model: str) -> Preset:
+    """The preset of MODEL: by its Hugging Face id, else by the model_type or architectures of its
+    config.json (a local directory's, or fetched from the hub); RalphError when it has neither."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return _preset(model, _read_config(path))
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise RalphError(f"diffusion model {model}: no such directory")
+    return _preset(model, _hub_config(model))
 
 
 def _preset(model: str, config: dict[str, Any]) -> Preset:
@@ -316,6 +402,9 @@ def _preset(model: str, config: dict[str, Any]) -> Preset:
     if model_type in _MODEL_TYPES:
         return _MODEL_TYPES[model_type]
     architectures = [str(a) for a in config.get("architectures") or []]
+    for architecture in architectures:
+        if architecture in _ARCHITECTURES:
+            return _ARCHITECTURES[architecture]
     if any(a.endswith("ForMaskedLM") for a in architectures):
         return Preset("masked-lm", None, shift=False, auto_class="AutoModelForMaskedLM")
     if any(a.endswith("ForCausalLM") for a in architectures):
@@ -482,7 +571,7 @@ class DiffusionDrafter:
                 changes=(FileChange(path, source, after),),
                 draft_ms=result.stats.seconds * 1000 / result.stats.rows,
                 tokens=result.row_tokens(row),
-                meta={"mode": "infill", "span": where, "length": n, **_stats_meta(result.stats)},
+                meta={"mode": "infill", "span": where, "length": n, **stats_meta(result.stats)},
             )
 
     # Chat -----------------------------------------------------------------------------------------
@@ -498,7 +587,7 @@ class DiffusionDrafter:
                 changes=(),
                 draft_ms=decodes.stats.seconds * 1000 / decodes.stats.rows,
                 tokens=tokens,
-                meta={"mode": "chat", "answer": text, **_stats_meta(decodes.stats)},
+                meta={"mode": "chat", "answer": text, **stats_meta(decodes.stats)},
             )
             changes, error = edits_from_answer(context, text)
             yield replace(base, changes=changes, error=error)
@@ -508,17 +597,9 @@ class DiffusionDrafter:
         from ralph.drafters.sampler import answer_batch, decode
 
         lm, options = self.lm, self.options
-        room = lm.max_context - options.answer_tokens
-        body = render(context)
-        prompt = lm.chat_prompt(f"{body}\n\n{search_replace.CHAT_INSTRUCTION}")
-        if len(prompt) > room:
-            # Cut the end of the context (tried attempts come last), keeping the template and the
-            # instruction; a margin absorbs tokenization differences at the cut.
-            ids = lm.encode(body)
-            body = lm.text(ids[: max(0, len(ids) - (len(prompt) - room) - 16)])
-            prompt = lm.chat_prompt(f"{body}\n\n{search_replace.CHAT_INSTRUCTION}")
-            if len(prompt) > room:
-                return None
+        prompt = chat_prompt_within(lm, context, lm.max_context - options.answer_tokens)
+        if prompt is None:
+            return None
         rows = options.chat_samples
         sampled = max(self.settings.temperature, options.chat_temperature)
         temperatures = [self.settings.temperature if greedy and row == 0 else sampled for row in range(rows)]
@@ -538,6 +619,23 @@ class DiffusionDrafter:
             end = next((i for i, token in enumerate(answer) if token in lm.stop_ids), len(answer))
             answers.append((lm.text(answer[:end]), result.row_tokens(row)))
         return _Decodes(answers, result.stats)
+
+
+def chat_prompt_within(codec: TextCodec, context: DraftContext, room: int) -> list[int] | None:
+    """Token ids of the chat prompt for `context` (the rendered context and the SEARCH/REPLACE
+    instruction) in at most `room` tokens, the context cut at its end when needed; None when even the
+    template and the instruction do not fit."""
+    body = render(context)
+    prompt = codec.chat_prompt(f"{body}\n\n{search_replace.CHAT_INSTRUCTION}")
+    if len(prompt) > room:
+        # Cut the end of the context (tried attempts come last), keeping the template and the
+        # instruction; a margin absorbs tokenization differences at the cut.
+        ids = codec.encode(body)
+        body = codec.text(ids[: max(0, len(ids) - (len(prompt) - room) - 16)])
+        prompt = codec.chat_prompt(f"{body}\n\n{search_replace.CHAT_INSTRUCTION}")
+        if len(prompt) > room:
+            return None
+    return prompt
 
 
 def edits_from_answer(context: DraftContext, answer: str) -> tuple[tuple[FileChange, ...], str | None]:
@@ -604,7 +702,7 @@ def _last(ids: list[int], n: int) -> list[int]:
     return ids[max(0, len(ids) - n) :] if n > 0 else []
 
 
-def _stats_meta(stats: DecodeStats) -> dict[str, object]:
+def stats_meta(stats: DecodeStats) -> dict[str, object]:
     """The decode call's stats for a candidate's meta; `tokens` there is the whole batch's."""
     meta = stats.as_dict()
     meta["batch_tokens"] = meta.pop("tokens")
