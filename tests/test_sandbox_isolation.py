@@ -62,10 +62,12 @@ def sandbox(
     max_pids: int = 64,
     tmp_bytes: int = 8 << 20,
     max_output: int = 1 << 20,
+    disk_bytes: int | None = None,
 ) -> BwrapSandbox:
     """A sandbox with limits small enough that the bombs below hit them quickly."""
     return BwrapSandbox(
         workspace,
+        disk_bytes=disk_bytes,
         memory_bytes=memory_bytes,
         cpu_seconds=60,
         file_bytes=file_bytes,
@@ -410,7 +412,10 @@ def peak_rss_kb() -> int:
 def test_a_gigabyte_of_output_is_capped_with_bounded_memory(workspace: Path) -> None:
     code = "import sys\nblock = b'y' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.buffer.write(block)\n"
     before = peak_rss_kb()
-    result = run_py(sandbox(workspace, file_bytes=2 << 30, max_output=1 << 20), code, timeout_s=60)
+    # The gigabyte lands in the output's temp file, on the disk the disk cap watches (1 GiB by
+    # default, counting whatever else writes there meanwhile): room for it, so only output is capped.
+    box = sandbox(workspace, file_bytes=2 << 30, max_output=1 << 20, disk_bytes=3 << 30)
+    result = run_py(box, code, timeout_s=60)
     assert result.ok, result.output[-500:]
     assert f"[... {(1 << 30) - (1 << 20)} bytes of output dropped ...]" in result.output
     assert len(result.output) < (1 << 20) + 100
