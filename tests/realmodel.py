@@ -259,6 +259,9 @@ def speed(out: Path) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args[0] == "convert":  # docs/models.md's recipe: prints the folder to serve from
+        print(converted().parent)
+        sys.exit(0)
     if args[0] == "trivial":
         trivial(Path(args[1]))
         sys.exit(0)
