@@ -73,6 +73,9 @@ class RunConfig(BaseModel):
     """Routing policy: stall, fast, deep, cascade, or module:Class."""
     k: int = Field(default=3, ge=1)
     """Iterations without improvement before the stall router escalates."""
+    fresh_start_after: int = Field(default=3, ge=0)
+    """Iterations in a row on one state whose candidates were all rejected, after which drafters are
+    no longer shown those attempts (the edits stay refused); 0: always shown."""
     models: dict[str, ModelSettings] = Field(default_factory=dict)
     """Per-model settings (api_base, api_key_env, timeout, temperature)."""
     sampler: dict[str, Any] = Field(default_factory=dict)

@@ -51,6 +51,7 @@ class Loop:
     protected: tuple[str, ...]
     gate: Gate | None = None  # runs the full gate beside the loop; None: it is part of `verify`
     lanes: tuple[Lane, ...] = ()  # more copies to verify candidates on side by side (--jobs)
+    fresh_start_after: int = 0  # rejected iterations in a row on one state before drafts start fresh
     states: States = field(init=False)
     keeper: Gatekeeper | None = field(init=False, default=None)
 
@@ -124,6 +125,9 @@ class Loop:
                 memory.rejections.reject(candidate, report, self.states.current)
         if winner is not None:  # every other lane takes the accepted edit in too
             self._lanes().adopt(*winner)
+        memory.rejections.end_round(
+            self.states.stand, winner is None and bool(verdicts), self.fresh_start_after
+        )
         if why := memory.health.end_batch(drafter.name):
             self.view.notice(
                 f"{drafter.name}: every draft failed {DOWN_AFTER} iterations in a row; not asked again: {why}"

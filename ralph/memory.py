@@ -17,7 +17,9 @@ DOWN_AFTER = 3  # iterations in a row whose every draft failed, after which a dr
 @dataclass
 class Rejections:
     """The fingerprints rejected this run, by the state they were judged on; the latest attempts and
-    the one that came closest, for the next draft."""
+    the one that came closest, for the next draft. The attempts shown are dropped after a number of
+    rejected iterations in a row on one state (`end_round`): the fingerprints stay, so a repeat is
+    still refused."""
 
     rejected: set[str] = field(default_factory=set)
     rejected_on: dict[int, set[str]] = field(default_factory=dict)
@@ -25,6 +27,8 @@ class Rejections:
     best: tuple[str, str] | None = None  # the rejected edit that came closest, for a repair
     best_remaining: int | None = None
     batch: set[str] = field(default_factory=set)  # fingerprints proposed in this iteration
+    stand: int | None = None  # the state the streak below was counted on
+    streak: int = 0  # iterations in a row on it whose candidates were all rejected
 
     def is_new(self, candidate: Candidate) -> bool:
         """False for an edit already rejected, or already proposed in this iteration's batch."""
@@ -43,6 +47,22 @@ class Rejections:
         remaining = report.score.remaining if report.score is not None and candidate.changes else None
         if remaining is not None and (self.best_remaining is None or remaining < self.best_remaining):
             self.best, self.best_remaining = entry, remaining
+
+    def end_round(self, stand: int, rejected: bool, fresh_start_after: int = 0) -> bool:
+        """An iteration on state `stand` ended, with every candidate it verified `rejected` (or one
+        accepted, or none verified). After `fresh_start_after` such iterations in a row on one state
+        (0: never), the attempts and the closest one are dropped and the count starts again: a model
+        shown its own failed attempts debugs worse with each one (most of its gain is gone after
+        2-3), so the next draft starts fresh. Returns whether it did."""
+        if stand != self.stand:
+            self.stand, self.streak = stand, 0
+        if not rejected:
+            return False
+        self.streak += 1
+        if not fresh_start_after or self.streak % fresh_start_after:
+            return False
+        self.attempts, self.best, self.best_remaining = [], None, None
+        return True
 
     def forget(self, states: set[int]) -> None:
         """States were undone (their gate failed): what was rejected only against them is not known

@@ -262,6 +262,7 @@ def fix(
                 protected=verifier.protected,
                 gate=gate,
                 lanes=lanes,
+                fresh_start_after=config.fresh_start_after,
             )
             result = _drive(loop, state, resume)
             result.wall_s = time.monotonic() - began  # the whole run, the baseline included

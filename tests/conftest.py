@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -84,6 +85,17 @@ def run_ralph(
         timeout=timeout,
         check=False,
     )
+
+
+def model_recipes() -> dict[str, tuple[str, str]]:
+    """docs/models.md's "Serving a model locally": each recipe's title, shell block and TOML block."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "models.md").read_text()
+    section = page.split("## Serving a model locally\n", 1)[1].split("\n## ", 1)[0]
+    recipes = {}
+    for part in section.split("\n### ")[1:]:
+        blocks = dict(re.findall(r"```(bash|toml)\n(.*?)```", part, re.S))
+        recipes[part.split("\n", 1)[0]] = (blocks["bash"], blocks["toml"])
+    return recipes
 
 
 def pytest_configure(config: pytest.Config) -> None:

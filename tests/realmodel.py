@@ -176,26 +176,35 @@ def trivial(out: Path) -> None:
         (out / name / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
 
 
-RUNS = {
-    "smol-search-replace": ("openai/smol", "search-replace", None),
-    "smol-function": ("openai/smol", "function", None),
-    "offline": ("mutation", "function", None),
-    "offline+smol": ("mutation", "function", "openai/smol"),
+# name: (drafter, prompt, deep model, fresh_start_after; None: the default)
+RUNS: dict[str, tuple[str, str, str | None, int | None]] = {
+    "smol-search-replace": ("openai/smol", "search-replace", None, None),
+    "smol-function": ("openai/smol", "function", None, None),
+    "offline": ("mutation", "function", None, None),
+    "offline+smol": ("mutation", "function", "openai/smol", None),
+    # Fresh starts on and off (named only: `... LIMIT ITERATIONS smol-fresh-2,smol-fresh-off`).
+    "smol-fresh-2": ("openai/smol", "function", None, 2),
+    "smol-fresh-off": ("openai/smol", "function", None, 0),
 }
+DEFAULT_RUNS = ("smol-search-replace", "smol-function", "offline", "offline+smol")
 
 
 def bench(tasks: Path, out: Path, limit: int, iterations: int, only: list[str] | None = None) -> None:
     """`python -m tests.realmodel TASKS OUT [LIMIT] [ITERATIONS] [RUN,...]`: `ralph bench fix` on the
     first LIMIT tasks with the real model asked for SEARCH/REPLACE blocks, with it asked for the
     function, with the offline drafter, and with the offline drafter escalating to the model
-    (--router stall), all against one server (or only the named runs); then compare the traces with
-    `ralph report --compare`."""
+    (--router stall), all against one server (or only the named runs, such as the function prompt
+    with fresh starts after 2 rejected iterations and without: smol-fresh-2,smol-fresh-off); then
+    compare the traces with `ralph report --compare`."""
     with serve(converted(), log=out / "serve.log") as base:
-        runs = {name: run for name, run in RUNS.items() if only is None or name in only}
-        for name, (drafter, prompt, deep) in runs.items():
+        runs = {name: run for name, run in RUNS.items() if name in (only or DEFAULT_RUNS)}
+        for name, (drafter, prompt, deep, fresh) in runs.items():
             config = out / f"{name}.toml"
             text = f'[models."openai/smol"]\napi_base = "{base}"\ntimeout_s = 120\nprompt = "{prompt}"\n'
-            config.write_text((f'deep = "{deep}"\nk = 1\n' if deep else "") + text)
+            top = (f'deep = "{deep}"\nk = 1\n' if deep else "") + (
+                f"fresh_start_after = {fresh}\n" if fresh is not None else ""
+            )
+            config.write_text(top + text)
             argv = [str(Path(sys.executable).with_name("ralph")), "bench", "fix", str(tasks)]
             argv += [
                 "--limit",
@@ -259,6 +268,9 @@ def speed(out: Path) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args[0] == "convert":  # docs/models.md's recipe: prints the folder to serve from
+        print(converted().parent)
+        sys.exit(0)
     if args[0] == "trivial":
         trivial(Path(args[1]))
         sys.exit(0)

@@ -59,6 +59,7 @@ def test_unknown_drafter(make_repo):
         ("[tool.ralph\ndrafter = 1\n", "unreadable config"),
         ("[tool.ralph]\nmax_iterations = 'many'\n", "invalid configuration: max_iterations"),
         ("[tool.ralph]\nno_such_option = true\n", "invalid configuration: no_such_option"),
+        ("[tool.ralph]\nfresh_start_after = -1\n", "invalid configuration: fresh_start_after"),
     ],
 )
 def test_unreadable_or_invalid_config(make_repo, pyproject, needle):

@@ -1,6 +1,7 @@
 """The plugins docs/extending.md shows are real files (docs/plugins/), and each one works as the page
 says against the real code: the validator in the verifier, the drafter, the router and the sandbox
-in the real loop on a real git repository."""
+in the real loop on a real git repository; and the settings of every recipe for serving a model
+(docs/models.md) reach a model through the real entry point."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from ralph.validators.pipeline import Verifier
 from ralph.validators.plan import STAGES
 from ralph.validators.toolchain import Toolchain
 from ralph.view import QuietView
-from tests.conftest import BUGGY_WINDOWS, git, write_files
+from tests.conftest import BUGGY_WINDOWS, git, model_recipes, run_ralph, write_files
+from tests.llm_server import FakeModelServer
 
 PLUGINS = Path(__file__).resolve().parent.parent / "docs" / "plugins"
 TRACE_PAGE = PLUGINS.parent / "trace-format.md"
@@ -202,3 +204,37 @@ def test_every_field_a_real_run_writes_is_on_the_trace_format_page(make_repo):
     start = records[0]
     score_prose = TRACE_PAGE.read_text().split("A `score`")[1].split("\n\n")[0]
     assert set(start["baseline"]["score"]) <= set(re.findall(r"`(\w+)`", score_prose))
+
+
+RECIPES = ("transformers serve", "vLLM", "llama.cpp", "Ollama")
+ADD_BUG = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+}
+PYTEST_SETTINGS = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n\n'
+
+
+def test_the_serving_recipes_are_the_ones_tested():
+    assert tuple(model_recipes()) == RECIPES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_each_serving_recipe_reaches_its_model_and_applies_its_reply(recipe, make_repo, monkeypatch):
+    """The recipe's TOML as documented, its server's address swapped for a stand-in's, through the
+    real entry point: the request names the recipe's model, and its reply is the fix."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE"):  # as on a fresh machine
+        monkeypatch.delenv(name, raising=False)
+    _, settings = model_recipes()[recipe]
+    model = re.search(r'^drafter = "openai/([^"]+)"', settings, re.M)
+    assert model is not None
+    with FakeModelServer() as fake:
+        toml = re.sub(r"http://[\w.]+:\d+/v1", fake.base_url, settings)
+        assert toml != settings
+        repo = make_repo({**ADD_BUG, "pyproject.toml": PYTEST_SETTINGS + toml})
+        fake.reply("```python\ndef add(a, b):\n    return a + b\n```\nThe sign was wrong.\n")
+        out = run_ralph("fix", str(repo), "--candidates", "1", "--max-iterations", "1", "--apply")
+        requests = list(fake.requests)
+    assert out.returncode == 0, out.stderr
+    assert [r.body["model"] for r in requests] == [model.group(1)]
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"

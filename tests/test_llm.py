@@ -668,8 +668,8 @@ STREAMED_FIX = (
 )
 
 
-def test_a_streamed_function_reply_is_cut_at_its_first_complete_function(project):
-    """The function prompt's answer is one fenced function: what a small model writes after it
+def test_a_streamed_function_reply_is_cut_at_the_first_line_of_prose_after_its_function(project):
+    """The function prompt's answer is fenced functions: what a small model writes after them
     (prose, the function again) is not waited for, and hanging up stops the server's stream."""
     rambling = STREAMED_FIX + "This works because the mean divides by the count.\n" * 80
     with FakeModelServer(chunk_chars=6, chunk_delay_s=0.002) as slow:
@@ -678,7 +678,7 @@ def test_a_streamed_function_reply_is_cut_at_its_first_complete_function(project
         assert_fixed(candidate)
         assert slow.requests[0].body["stream"] is True
         assert candidate.meta["finish_reason"] == "answered"
-        assert "works because" not in candidate.meta["reply"]
+        assert candidate.meta["reply"].count("works because") == 1  # the line that ended the code
         [stream] = slow.streams
         deadline = time.monotonic() + 5
         while not stream.hung_up and time.monotonic() < deadline:
@@ -731,3 +731,78 @@ def test_a_streamed_reply_is_not_cut_at_a_function_that_is_no_answer(project):
         [candidate] = drafter(slow, prompt="function").draft(make_context(project), 1)
         assert_fixed(candidate)
         assert candidate.meta["finish_reason"] == "answered"
+
+
+# --- several functions in one reply ----------------------------------------------------------------
+
+MEAN_FIXED = (
+    'def mean(xs):\n    """The arithmetic mean of xs."""\n    total = sum(xs)\n    return total / len(xs)\n'
+)
+VARIANCE_BY_MEAN = "def variance(xs):\n    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
+COUNT = "def count(xs):\n    return len(xs) - 1\n"
+COUNT_FIXED = "def count(xs):\n    return len(xs)\n"
+
+
+def fences(*functions: str) -> str:
+    return "".join(f"```python\n{function}```\n\n" for function in functions)
+
+
+def test_a_streamed_reply_of_two_functions_is_read_past_the_first_and_is_one_candidate(project):
+    """Blank lines after a complete function keep the stream going (another fence may follow); the
+    prose after the second ends it, and both functions are one edit."""
+    reply = "Both need fixing:\n" + fences(MEAN_FIXED, VARIANCE_BY_MEAN) + "This is right now.\n" * 80
+    with FakeModelServer(chunk_chars=6, chunk_delay_s=0.001) as slow:
+        slow.reply(reply)
+        [candidate] = drafter(slow, prompt="function").draft(make_context(project), 1)
+        assert candidate.error is None, candidate.error
+        [change] = candidate.changes
+        assert change.after == FIXED.replace(
+            "    total = sum(xs)\n    m = total / len(xs)\n", "    m = mean(xs)\n"
+        )
+        assert candidate.meta["finish_reason"] == "answered"
+        [stream] = slow.streams
+        assert stream.sent < stream.chunks / 2  # cut at the prose, not read to the end
+
+
+def test_corrected_functions_of_two_suspicious_files_are_one_candidate(server, project):
+    (project / "counting.py").write_text(COUNT)
+    context = make_context(project, suspicious=(("stats.py", 4), ("counting.py", 2)))
+    server.reply(fences(COUNT_FIXED, MEAN_FIXED) + "Done.\n")
+    [candidate] = drafter(server, prompt="function").draft(context, 1)
+    assert candidate.error is None, candidate.error
+    assert [(c.path, c.after) for c in candidate.changes] == [
+        ("counting.py", COUNT_FIXED),
+        ("stats.py", FIXED),
+    ]
+
+
+def test_a_reply_with_a_function_no_suspicious_file_defines_applies_nothing(server, project):
+    server.reply(fences(MEAN_FIXED, "def halve(x):\n    return x / 2\n") + "Done.\n")
+    [candidate] = drafter(server, prompt="function").draft(make_context(project), 1)
+    assert candidate.changes == () and candidate.error is not None
+    assert candidate.error.startswith("no function `halve` in stats.py")
+
+
+def test_a_streamed_reply_is_cut_where_it_gives_the_same_function_again(project):
+    """What a small model writes after its answer: the function again. The second fence's def line
+    is enough: it is not read to its end."""
+    again = "```python\n" + MEAN_FIXED * 30
+    with FakeModelServer(chunk_chars=6, chunk_delay_s=0.001) as slow:
+        slow.reply(fences(MEAN_FIXED) + again)
+        [candidate] = drafter(slow, prompt="function").draft(make_context(project), 1)
+        assert_fixed(candidate)
+        assert candidate.meta["finish_reason"] == "answered"
+        assert slow.streams[0].sent < slow.streams[0].chunks / 4
+
+
+def test_a_line_announcing_another_block_is_read_past():
+    from ralph.drafters.llm import _code_ended
+
+    one = fences(MEAN_FIXED)
+    assert not _code_ended(one, {"mean"})  # nothing after it yet
+    assert not _code_ended(one + "\n\n", {"mean"})
+    assert not _code_ended(one + "And the helper it needs:\n", {"mean"})
+    assert not _code_ended(one + "```python\ndef variance(xs):\n", {"mean"})
+    assert _code_ended(one + "```python\ndef mean(xs):\n", {"mean"})
+    assert not _code_ended(one + "This is why", {"mean"})  # a line not yet whole
+    assert _code_ended(one + "This is why.\n", {"mean"})

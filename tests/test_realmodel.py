@@ -7,13 +7,18 @@ Minutes each: deselect with `-m "not realmodel"`."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from ralph.trace import read_trace
-from tests.conftest import run_ralph
+from tests import realmodel
+from tests.conftest import model_recipes, run_ralph
 
 pytestmark = pytest.mark.realmodel
 
@@ -93,3 +98,46 @@ def test_the_real_model_as_the_deep_reasoner_behind_the_offline_drafter(make_rep
     assert deep and "escalate" in deep[0]["route"]["reason"]
     assert _model_candidates(records)
     assert records[-1]["type"] == "run_end"
+
+
+@pytest.mark.slow
+def test_the_documented_transformers_serve_recipe_serves_the_model_ralph_reaches(make_repo, tmp_path):
+    """docs/models.md's commands as written (after its installs), on a free port instead of 8000,
+    and its settings: the real model answers the real `ralph fix`."""
+    why = realmodel.missing()
+    if why is not None:
+        pytest.skip(why)
+    shell, settings = model_recipes()["transformers serve"]
+    port = realmodel._free_port()
+    script = "\n".join(line for line in shell.splitlines() if not line.startswith("pip install"))
+    assert "--port 8000" in script and "8000" in settings
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    root = Path(__file__).resolve().parent.parent
+    with (tmp_path / "serve.log").open("wb") as log:
+        server = subprocess.Popen(
+            ["bash", "-ec", script.replace("--port 8000", f"--port {port}")],
+            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 300
+            while not realmodel._healthy(f"http://127.0.0.1:{port}"):
+                assert server.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the documented server never became healthy"
+                time.sleep(0.5)
+            pyproject = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n\n' + settings.replace(
+                "8000", str(port)
+            )
+            repo = make_repo({**ONE_TOKEN_BUG, "pyproject.toml": pyproject})
+            out = run_ralph(
+                "fix", str(repo), "--candidates", "1", "--max-iterations", "1", "--json", timeout=600
+            )  # fmt: skip
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)  # bash and the server it started
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=15)
+    assert out.returncode in (0, 1), out.stderr
+    candidates = _model_candidates(_trace(repo))
+    assert candidates and sum(c["tokens"] or 0 for c in candidates) > 0

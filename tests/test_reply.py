@@ -147,6 +147,47 @@ def test_a_corrected_function_replaces_its_namesake_in_the_most_suspicious_unpro
     assert project.reads == ["calc.py"]
 
 
+SUB = "def sub(a, b):\n    return a + b\n"
+SUB_FIXED = "def sub(a, b):\n    return a - b\n"
+
+
+def fenced(*functions: str) -> str:
+    return "".join(f"```python\n{function}```\n\n" for function in functions)
+
+
+def test_several_corrected_functions_of_one_file_are_one_change() -> None:
+    project = Project({"calc.py": CALC + "\n\n" + SUB})
+    changes, error = changes_from_reply(fenced(FIXED, SUB_FIXED), project.read, suspicious=["calc.py"])
+    assert error is None and changes == (
+        FileChange("calc.py", CALC + "\n\n" + SUB, FIXED + "\n\n" + SUB_FIXED),
+    )
+
+
+def test_corrected_functions_of_two_suspicious_files_are_one_reply_changing_both() -> None:
+    project = Project({"calc.py": CALC, "ops.py": SUB})
+    reply = "Two bugs:\n" + fenced(SUB_FIXED, FIXED) + "Both fixed."
+    changes, error = changes_from_reply(reply, project.read, suspicious=["calc.py", "ops.py"])
+    assert error is None
+    assert changes == (FileChange("calc.py", CALC, FIXED), FileChange("ops.py", SUB, SUB_FIXED))
+
+
+def test_a_function_no_suspicious_file_defines_makes_the_whole_reply_an_error() -> None:
+    project = Project({"calc.py": CALC, "ops.py": SUB})
+    helper = "def halve(x):\n    return x / 2\n"
+    changes, error = changes_from_reply(fenced(FIXED, helper), project.read, suspicious=["calc.py", "ops.py"])
+    assert changes == () and error is not None
+    assert error.startswith("no function `halve` in calc.py, ops.py") and "used whole" in error
+
+
+def test_a_test_shown_back_beside_the_corrected_function_is_no_edit_and_no_error() -> None:
+    project = Project({"calc.py": CALC, "tests/test_calc.py": TEST})
+    reply = fenced("def test_add():\n    assert add(1, 2) == 3\n", FIXED)
+    changes, error = changes_from_reply(
+        reply, project.read, protected=PROTECTED_TESTS, suspicious=["calc.py", "tests/test_calc.py"]
+    )
+    assert error is None and changes == (FileChange("calc.py", CALC, FIXED),)
+
+
 def test_pre_split_blocks_apply_like_parsed_ones() -> None:
     project = Project({"calc.py": CALC})
     edits = [SearchReplace("calc.py", "    return a - b\n", "    return a + b\n")]

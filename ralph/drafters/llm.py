@@ -72,6 +72,9 @@ _DETAIL_CHARS = 300
 _DESCRIPTION_CHARS = 120
 # The key vLLM and SGLang document for servers started without one; the OpenAI client refuses no key.
 _NO_KEY = "EMPTY"
+# A fence's line, and a def's name (once its bracket came), in a streamed reply (`_code_ended`).
+_FENCE_RE = re.compile(r"^```", re.M)
+_DEF_RE = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
 
 
 @functools.cache
@@ -314,9 +317,8 @@ class LLMDrafter:
     def _streamed(self, answered: Callable[[str], bool] | None, **kwargs: Any) -> tuple[Any, bool]:
         """One chat completion read as it streams: the response rebuilt from its chunks (usage counted
         when the server sends none), and whether it was cut once `answered` said the text so far is
-        an answer (a function that changes one of the suspicious files: the whole answer to the
-        function prompt). What a small model writes after it (prose, the function again) is not
-        waited for, and hanging up tells the server to stop generating. A stream still going at
+        an answer (functions that change the suspicious files, then prose or the function again: the
+        whole answer to the function prompt). What a small model writes after it is not waited for, and hanging up tells the server to stop generating. A stream still going at
         `timeout_s` is cut there (finish reason "timeout")."""
         litellm = _litellm()
         stream = litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True})
@@ -328,7 +330,7 @@ class LLMDrafter:
                 chunks.append(chunk)
                 delta = _delta_text(chunk)
                 text += delta
-                if answered is not None and "`" in delta and answered(text):
+                if answered is not None and any(c in delta for c in "`\n(") and answered(text):
                     early = True
                     break
                 if time.monotonic() > deadline:
@@ -659,10 +661,31 @@ def _changes(
 
 
 def _answered(context: DraftContext, text: str) -> bool:
-    """Whether a reply read so far holds an answer to the function prompt: a fenced function that
-    changes a function of the suspicious files (the test shown back, a helper, or the function as it
-    is, is none: the stream goes on)."""
-    return bool(function_blocks(text)) and _changes(context, text, ("function",))[1] is None
+    """Whether a reply read so far holds an answer to the function prompt: fenced functions that
+    change functions of the suspicious files (the test shown back, or the function as it is, is
+    none: the stream goes on), and the code is over (`_code_ended`: a reply may correct several
+    functions, one fence each, and is used whole)."""
+    blocks = function_blocks(text)
+    return (
+        bool(blocks)
+        and _code_ended(text, {name for name, _ in blocks})
+        and _changes(context, text, ("function",))[1] is None
+    )
+
+
+def _code_ended(text: str, given: set[str]) -> bool:
+    """Whether a reply read so far is past its code: after its last closed fence comes a whole line
+    of prose (not one ending in ':', which announces another block), or a fence opens on a function
+    the reply already gave (the answer again, what small models write next). Blank lines, or a
+    fence opening on another function, keep the stream going."""
+    fences = list(_FENCE_RE.finditer(text))
+    if len(fences) % 2:  # inside a fence
+        again = _DEF_RE.search(text, fences[-1].end()) if len(fences) > 1 else None
+        return again is not None and again.group(1) in given
+    if not fences:
+        return False
+    after = text[fences[-1].end() :].split("\n")[1:-1]  # the whole lines after the closing fence
+    return any(line.strip() and not line.rstrip().endswith(":") for line in after)
 
 
 def _fim_hole(context: DraftContext) -> _Hole | None:

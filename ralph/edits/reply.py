@@ -12,7 +12,12 @@ from typing import Literal
 
 from ralph.domain.candidate import FileChange, is_protected
 from ralph.edits.errors import EditError
-from ralph.edits.functions import INSTRUCTION, apply_function_replacement, parse_function_blocks
+from ralph.edits.functions import (
+    INSTRUCTION,
+    apply_function_replacement,
+    function_blocks,
+    parse_function_blocks,
+)
 from ralph.edits.paths import validate_edit_path
 from ralph.edits.search_replace import (
     BLOCK_FORMAT,
@@ -102,12 +107,23 @@ def _whole_functions(
     reply: str, read: Read, formats: Sequence[Format], protected: tuple[str, ...], suspicious: Sequence[str]
 ) -> _Contents:
     """Corrected whole functions, each replacing the function of its name in the most suspicious file
-    that has one (protected files are never candidates)."""
+    that has one (protected files are never candidates), all of them one edit. A function no such
+    file defines makes the whole reply an error (the others would call or pair with code that is not
+    there), except a test shown back (`test...`), which is no edit."""
     paths = [p for p in dict.fromkeys(suspicious) if not is_protected(p, protected)]
     current = _existing(_current(paths, read, protected))
     replacements = parse_function_blocks(reply, current)
     if not replacements:
         raise _NoEdit(formats)
+    placed = {edit.name for edit in replacements}
+    lost = [n for n, _ in function_blocks(reply) if n not in placed and not n.startswith("test")]
+    if lost:
+        where = ", ".join(current) or "the suspicious files"
+        raise EditError(
+            f"no function `{lost[0]}` in {where}: each function of the reply replaces the one of its "
+            "name, and a reply is used whole or not at all; send only the functions you corrected, "
+            "under their names in the code"
+        )
     files = dict(current)
     for edit in replacements:
         files.update(apply_function_replacement(files, edit))
