@@ -73,8 +73,11 @@ def tokenizer() -> Any:
 
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), tokenizer)
+
+
+def save_tiny_bert(path: Path, tokenizer: Any) -> Path:
     """A tiny bidirectional masked LM (the BERT architecture), saved like a downloaded model."""
-    path = tmp_path_factory.mktemp("tiny-bert")
     config = transformers.BertConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,

@@ -77,9 +77,12 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_diffusion_gemma(tmp_path_factory.mktemp("tiny-diffusion-gemma"))
+
+
+def save_tiny_diffusion_gemma(path: Path) -> Path:
     """A tiny DiffusionGemma (two layers, hidden size 32, two experts, a one-layer vision tower it
     needs to build), saved like a downloaded checkpoint."""
-    path = tmp_path_factory.mktemp("tiny-diffusion-gemma")
     tokenizer = gemma_like_tokenizer()
     text = {
         "vocab_size": 128,
