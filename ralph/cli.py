@@ -679,7 +679,7 @@ def bench_drafter_command(
         raise RalphError(f"--concurrency {concurrency}: give numbers, e.g. 1,2,4") from None
     console = _Output(stderr=True, soft_wrap=True)
     summary = bench_drafts(
-        drafter, models=models, sampler=sampler, tasks=TASKS[:tasks] if tasks else TASKS,
+        drafter, models=models, sampler=sampler, tasks=TASKS[:tasks] if tasks is not None else TASKS,
         concurrency=levels, progress=lambda line: console.print(line, markup=False),
     )  # fmt: skip
     _print_drafts(summary, as_json=as_json, markdown=markdown)
