@@ -8,7 +8,7 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -629,12 +629,81 @@ def bench_gate_command(
 
 @bench.command("drafter")
 def bench_drafter_command(
-    model: Annotated[str, typer.Option(help="A diffusion model: Hugging Face id or local path.")],
+    drafter: Annotated[
+        str | None,
+        typer.Option(
+            help="A drafter to measure on fixed one-bug tasks: diffusion:MODEL, or a litellm model "
+            "(openai/NAME with --api-base for a served one)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Instead: compare the sampler's settings on this diffusion model (id or path)."),
+    ] = None,
+    api_base: Annotated[
+        str | None, typer.Option(help="The OpenAI-compatible server of a --drafter litellm model.")
+    ] = None,
+    settings: Annotated[
+        Path | None,
+        typer.Option("--config", help='A ralph.toml: [models."NAME"] and [sampler] for --drafter.'),
+    ] = None,
+    concurrency: Annotated[str, typer.Option(help="Requests at once, comma-separated.")] = "1,2,4",
+    tasks: Annotated[int | None, typer.Option(help="Only the first N tasks (of 5).")] = None,
     device: Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when present).")] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", metavar="", help="Print one JSON list, an entry per setting.")
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the figures as JSON.")] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", metavar="", help="Print the figures as a Markdown table.")
     ] = False,
 ) -> None:
+    """A drafter's time to a first valid and a first stable edit, latency p50/p95 at 1, 2 and 4
+    requests at once, tokens/s and pass rate on fixed one-bug tasks (--drafter); or NFE per token and
+    tokens/s of each sampler setting (--model)."""
+    if (drafter is None) == (model is None):
+        raise RalphError("bench drafter: give --drafter SPEC (a drafter) or --model MODEL (sampler settings)")
+    if model is not None:
+        _bench_sampler_settings(model, device, as_json=as_json)
+        return
+    assert drafter is not None
+    from ralph.bench.bug_tasks import TASKS
+    from ralph.bench.drafter import bench_drafts
+    from ralph.config import check_config, read_toml
+
+    config = check_config(read_toml(settings) if settings is not None else {})
+    models = {name: m.model_dump() for name, m in config.models.items()}
+    if api_base is not None:
+        models[drafter] = {**models.get(drafter, {}), "api_base": api_base}
+    sampler = {**config.sampler, **({"device": device} if device else {})}
+    try:
+        levels = [int(c) for c in concurrency.split(",")]
+    except ValueError:
+        raise RalphError(f"--concurrency {concurrency}: give numbers, e.g. 1,2,4") from None
+    console = _Output(stderr=True, soft_wrap=True)
+    summary = bench_drafts(
+        drafter, models=models, sampler=sampler, tasks=TASKS[:tasks] if tasks is not None else TASKS,
+        concurrency=levels, progress=lambda line: console.print(line, markup=False),
+    )  # fmt: skip
+    _print_drafts(summary, as_json=as_json, markdown=markdown)
+
+
+def _print_drafts(summary: dict[str, object], *, as_json: bool, markdown: bool) -> None:
+    """`ralph bench drafter --drafter`'s figures: JSON, a Markdown table, or a table for a terminal."""
+    from ralph.bench.drafter import LEVEL_COLUMNS, level_rows, markdown_table
+
+    levels = cast("list[dict[str, object]]", summary["levels"])
+    if as_json:
+        _out(json.dumps(summary))
+    elif markdown:
+        _out(markdown_table(levels))
+    else:
+        table = Table(title=f"ralph bench drafter {summary['drafter']}: pass rate {summary['pass_rate']}")
+        for _, column in LEVEL_COLUMNS:
+            table.add_column(column, justify="right")
+        for row in level_rows(levels):
+            table.add_row(*row)
+        _stdout().print(table)
+
+
+def _bench_sampler_settings(model: str, device: str | None, *, as_json: bool) -> None:
     """NFE per token and tokens/s for each sampler setting on one prompt set."""
     from ralph.bench.drafter import bench_drafter
 
@@ -643,15 +712,11 @@ def bench_drafter_command(
         _out(json.dumps(rows))
         return
     table = Table(title=f"ralph bench drafter {model}")
-    for column in ("setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"):
+    columns = ("setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s")
+    for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(
-            *(
-                str(round(v, 2) if isinstance(v, float) else v)
-                for v in (row[c] for c in ("setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"))
-            )
-        )
+        table.add_row(*(str(round(v, 2) if isinstance(v, float) else v) for v in (row[c] for c in columns)))
     _stdout().print(table)
 
 

@@ -39,6 +39,9 @@ class ModelSettings(BaseModel):
     prompt: Literal["auto", "search-replace", "function"] = "auto"
     """The edit format asked for: SEARCH/REPLACE blocks, or the whole corrected function (what small
     models manage); auto: the function for a model served on this machine (a loopback api_base)."""
+    stream: bool | None = None
+    """Read chat replies as they are written (a served diffusion model streams each denoised block);
+    none: on for the function prompt, which hangs up at the first complete function."""
 
 
 class CheckSettings(BaseModel):

@@ -3,7 +3,9 @@
 Serves `.../chat/completions` (chat) and every other `.../completions` route (text completion and
 fill-in-the-middle, e.g. Inception's `/v1/fim/completions`) on 127.0.0.1. Each request takes the next
 scripted answer: replies (one choice per text) or an error status with an OpenAI-style error body.
-Requests are recorded so tests can check what the drafter sent. A request with `"stream": true` is
+Requests are recorded so tests can check what the drafter sent. A server made with `respond` answers
+every request the script does not with one choice, `respond(body)`, whatever the order requests
+come in (several at once). A request with `"stream": true` is
 answered with server-sent events, a few characters each, and the server records how much of each
 stream it sent before the client hung up (`streams`).
 """
@@ -14,6 +16,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -49,8 +52,14 @@ class FakeModelServer:
     """Use as a context manager; `base_url` is the `api_base` to give litellm. A streamed answer is
     sent `chunk_chars` characters an event, `chunk_delay_s` apart."""
 
-    def __init__(self, chunk_chars: int = 8, chunk_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        chunk_chars: int = 8,
+        chunk_delay_s: float = 0.0,
+        respond: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
         self.requests: list[Request] = []
+        self.respond = respond
         self.streams: list[Stream] = []
         self.chunk_chars = chunk_chars
         self.chunk_delay_s = chunk_delay_s
@@ -81,9 +90,12 @@ class FakeModelServer:
         self._thread.join()
 
     def answer(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
-        if not self._script:
+        if self._script:
+            answer = self._script.popleft()
+        elif self.respond is not None:  # an answer of its own to each request, in whatever order
+            answer = _Answer(200, (self.respond(body),))
+        else:
             return 500, {}, {"error": {"message": "no scripted answer left", "type": "server_error"}}
-        answer = self._script.popleft()
         if answer.status != 200:
             error = {"message": answer.message, "type": "invalid_request_error", "param": None, "code": None}
             return answer.status, answer.headers, {"error": error}

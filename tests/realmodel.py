@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -228,7 +229,6 @@ def bench(tasks: Path, out: Path, limit: int, iterations: int, only: list[str] |
 def speed(out: Path) -> None:
     """`python -m tests.realmodel speed OUT`: completion tokens/s of the server in each configuration,
     one request at a time and two at once (64 tokens each, after a warm-up request)."""
-    import json
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
@@ -266,10 +266,57 @@ def speed(out: Path) -> None:
         )
 
 
+def drafters(out: Path) -> None:
+    """`python -m tests.realmodel drafters OUT`: `ralph bench drafter --drafter` on the tiny random
+    masked LM and DiffusionGemma the tests build (saved in OUT), then on SmolLM2 served by
+    `transformers serve` (the autoregressive reference); each one's JSON and Markdown table in OUT."""
+    from tests.test_diffusion import char_tokenizer, save_tiny_bert
+    from tests.test_diffusion_gemma import save_tiny_diffusion_gemma
+
+    bert = save_tiny_bert(out / "tiny-bert", char_tokenizer())
+    gemma = save_tiny_diffusion_gemma(out / "tiny-diffusion-gemma")
+    (out / "tiny.toml").write_text("[sampler]\nanswer_tokens = 64\nmax_context = 512\n")
+    runs = {
+        "tiny-masked-lm": ["--drafter", f"diffusion:{bert}", "--config", str(out / "tiny.toml")],
+        "tiny-diffusion-gemma": ["--drafter", f"diffusion:{gemma}", "--config", str(out / "tiny.toml")],
+    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as the served model: one thread each
+    for name, flags in runs.items():
+        _bench_drafter(out, name, flags, env)
+    with serve(converted(), log=out / "serve.log") as base:
+        _bench_drafter(out, "smollm2-served", ["--drafter", f"openai/{NAME}", "--api-base", base], env)
+
+
+def _bench_drafter(out: Path, name: str, flags: list[str], env: dict[str, str]) -> None:
+    started = time.monotonic()
+    # This checkout's ralph (`-m` from its root), whichever one the interpreter has installed.
+    result = subprocess.run(
+        [sys.executable, "-m", "ralph", "bench", "drafter", *flags, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    (out / f"{name}.json").write_text(result.stdout)
+    if result.returncode != 0:
+        print(name, "failed:", result.stderr[-500:], flush=True)
+        return
+    from ralph.bench.drafter import markdown_table
+
+    table = markdown_table(json.loads(result.stdout)["levels"])
+    (out / f"{name}.md").write_text(table + "\n")
+    print(f"{name} ({time.monotonic() - started:.0f} s)\n{table}", flush=True)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[0] == "convert":  # docs/models.md's recipe: prints the folder to serve from
         print(converted().parent)
+        sys.exit(0)
+    if args[0] == "drafters":
+        Path(args[1]).mkdir(parents=True, exist_ok=True)
+        drafters(Path(args[1]))
         sys.exit(0)
     if args[0] == "trivial":
         trivial(Path(args[1]))

@@ -20,7 +20,9 @@ import tokenizers
 import torch
 import transformers
 
-from ralph.bench.drafter import bench_drafter
+from ralph.bench.bug_tasks import TASKS
+from ralph.bench.draft_sources import SamplerSource
+from ralph.bench.drafter import bench_drafter, bench_drafts
 from ralph.domain.candidate import PROTECTED_TESTS, Candidate
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext, Drafter
@@ -71,8 +73,11 @@ def tokenizer() -> Any:
 
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), tokenizer)
+
+
+def save_tiny_bert(path: Path, tokenizer: Any) -> Path:
     """A tiny bidirectional masked LM (the BERT architecture), saved like a downloaded model."""
-    path = tmp_path_factory.mktemp("tiny-bert")
     config = transformers.BertConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
@@ -310,6 +315,30 @@ def test_bench_reports_every_setting(bert_dir: Path) -> None:
     assert rows[0]["nfe"] == 8 and rows[0]["tokens"] == 8 and rows[0]["tokens_per_nfe"] == 1.0
     for row in rows:
         assert {"nfe", "tokens", "tokens_per_nfe", "tokens_per_s", "seconds", "device"} <= set(row)
+
+
+def test_bench_drafts_a_tiny_masked_lm_with_one_two_and_four_requests_at_once(bert_dir: Path) -> None:
+    sampler = {"answer_tokens": 8, "sampler": "low-confidence", "max_context": 256}
+    summary = bench_drafts(f"diffusion:{bert_dir}", sampler=sampler, tasks=TASKS[:2])
+    assert summary["drafter"] == f"diffusion:{bert_dir}" and summary["drafts"] == 2 * (1 + 2 + 4)
+    assert summary["pass_rate"] == 0.0  # a random model fixes nothing
+    assert [level["drafts"] for level in summary["levels"]] == [2, 4, 8]
+    for level in summary["levels"]:
+        assert level["tokens"] == 8 * level["drafts"] and level["tokens_per_s"] > 0
+        assert 0 < level["latency_s_p50"] <= level["latency_s_p95"]
+
+
+def test_bench_times_a_diffusion_draft_from_the_step_its_edit_appears(tokenizer: Any) -> None:
+    task = TASKS[0]  # add: a - b for a + b
+    reply = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"
+    options = DiffusionOptions(mode="chat", answer_tokens=96, sampler="low-confidence")
+    source = SamplerSource(DiffusionDrafter(answering(tokenizer, reply, 96), options))
+    summary = bench_drafts(source, tasks=[task], concurrency=(1, 2))
+    assert summary["pass_rate"] == 1.0
+    for result in summary["results"]:
+        # Decoded left to right, one token a step: the edit appears once its last line is decoded, and
+        # the steps after it (end-of-text) leave it as it is.
+        assert 0 < result["first_valid_s"] == result["first_stable_s"] <= result["latency_s"]
 
 
 @pytest.mark.parametrize(

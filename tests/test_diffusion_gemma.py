@@ -20,6 +20,9 @@ import tokenizers
 import torch
 import transformers
 
+from ralph.bench.bug_tasks import TASKS, draft_context, write_project
+from ralph.bench.draft_sources import GemmaSource, draft_source
+from ralph.bench.drafter import bench_drafts
 from ralph.domain.candidate import PROTECTED_TESTS
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
@@ -74,9 +77,12 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_diffusion_gemma(tmp_path_factory.mktemp("tiny-diffusion-gemma"))
+
+
+def save_tiny_diffusion_gemma(path: Path) -> Path:
     """A tiny DiffusionGemma (two layers, hidden size 32, two experts, a one-layer vision tower it
     needs to build), saved like a downloaded checkpoint."""
-    path = tmp_path_factory.mktemp("tiny-diffusion-gemma")
     tokenizer = gemma_like_tokenizer()
     text = {
         "vocab_size": 128,
@@ -183,6 +189,22 @@ def test_diffusion_gemma_cannot_infill_and_is_no_model_for_the_sampler_bench(gem
 
     with pytest.raises(RalphError, match="own generation"):
         bench_drafter(str(gemma_dir))
+
+
+def test_bench_drafts_a_tiny_diffusion_gemma_step_by_step(gemma_dir: Path, tmp_path: Path) -> None:
+    sampler = {"answer_tokens": CANVAS, "max_context": 512}
+    source = draft_source(f"diffusion:{gemma_dir}", sampler=sampler)
+    assert isinstance(source, GemmaSource)
+    drafts = source.drafts(draft_context(TASKS[0], write_project(TASKS[0], tmp_path)), 2)
+    for draft in drafts:
+        # A text after each denoising step (the draft canvas), then the complete answer.
+        assert 2 <= len(draft.steps) <= STEPS + 1 and 0 < draft.tokens <= CANVAS
+        times = [seconds for seconds, _ in draft.steps]
+        assert times == sorted(times) and times[-1] == draft.seconds
+    summary = bench_drafts(source, tasks=TASKS[:1], concurrency=(1, 2))
+    assert summary["drafts"] == 3 and summary["pass_rate"] == 0.0  # a random model fixes nothing
+    for level in summary["levels"]:
+        assert level["tokens_per_s"] > 0 and 0 < level["latency_s_p50"] <= level["latency_s_p95"]
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import ast
 import functools
 import inspect
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -476,7 +476,7 @@ def _unique(ids: Sequence[int | None]) -> list[int]:
 
 
 @dataclass(frozen=True)
-class _Decodes:
+class Decodes:
     """Rows of one decode call turned into text: (text, tokens the model decoded) per row."""
 
     rows: list[tuple[str, int]]
@@ -577,7 +577,7 @@ class DiffusionDrafter:
     # Chat -----------------------------------------------------------------------------------------
 
     def _chat(self, context: DraftContext, *, greedy: bool) -> Iterator[Candidate]:
-        decodes = self._answers(context, greedy=greedy)
+        decodes = self.answers(context, greedy=greedy)
         if decodes is None:
             return
         for row, (text, tokens) in enumerate(decodes.rows):
@@ -592,15 +592,25 @@ class DiffusionDrafter:
             changes, error = edits_from_answer(context, text)
             yield replace(base, changes=changes, error=error)
 
-    def _answers(self, context: DraftContext, *, greedy: bool) -> _Decodes | None:
-        """Decode a batch of chat answers to the rendered context; None when the prompt can't fit."""
+    def answers(
+        self,
+        context: DraftContext,
+        *,
+        greedy: bool,
+        rows: int | None = None,
+        on_step: Callable[[torch.Tensor], None] | None = None,
+    ) -> Decodes | None:
+        """Decode a batch of chat answers to the rendered context (`rows` of them, default
+        chat_samples); None when the prompt can't fit. `on_step` is handed the answer ids [rows,
+        answer_tokens] after every step of the sampler (masks where nothing is decoded yet)."""
         from ralph.drafters.sampler import answer_batch, decode
 
         lm, options = self.lm, self.options
         prompt = chat_prompt_within(lm, context, lm.max_context - options.answer_tokens)
         if prompt is None:
             return None
-        rows = options.chat_samples
+        rows = rows or options.chat_samples
+        watch = on_step or (lambda ids: None)
         sampled = max(self.settings.temperature, options.chat_temperature)
         temperatures = [self.settings.temperature if greedy and row == 0 else sampled for row in range(rows)]
         result = decode(
@@ -612,13 +622,14 @@ class DiffusionDrafter:
             temperatures=temperatures,
             stop_ids=lm.stop_ids,
             generator=self._generator,
+            on_step=lambda ids: watch(ids[:, len(prompt) :]),
         )
         answers = []
         for row in range(rows):
             answer = result.ids[row, len(prompt) :].tolist()
             end = next((i for i, token in enumerate(answer) if token in lm.stop_ids), len(answer))
             answers.append((lm.text(answer[:end]), result.row_tokens(row)))
-        return _Decodes(answers, result.stats)
+        return Decodes(answers, result.stats)
 
 
 def chat_prompt_within(codec: TextCodec, context: DraftContext, room: int) -> list[int] | None:

@@ -18,7 +18,7 @@ batch. The model's own tokens-per-forward figure of each answer comes back with 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -63,18 +63,32 @@ class Generation:
 
 
 class StepCounter:
-    """A `generate` streamer that only counts: the denoising steps (one draft per step for the whole
-    batch) and the canvases committed (the prompt, put first, is not one)."""
+    """A `generate` streamer that counts the denoising steps (one draft per step for the whole batch)
+    and the canvases committed (the prompt, put first, is not one). With `observe`, it also hands it
+    the generated ids so far [B, n] after every step: the committed canvases, then the current draft
+    (the argmax canvas `generate` streams), for `ralph bench drafter`."""
 
-    def __init__(self) -> None:
+    def __init__(self, observe: Callable[[torch.Tensor], None] | None = None) -> None:
         self.steps = 0
         self.puts = 0
+        self.observe = observe
+        self._committed: torch.Tensor | None = None
 
     def put(self, value: Any) -> None:
         self.puts += 1
+        if self.observe is not None and self.puts > 1:  # the first put is the prompt
+            import torch
+
+            done = self._committed
+            self._committed = value if done is None else torch.cat([done, value], dim=-1)
 
     def put_draft(self, value: Any, **kwargs: Any) -> None:
         self.steps += 1
+        if self.observe is not None:
+            import torch
+
+            done = self._committed
+            self.observe(value if done is None else torch.cat([done, value], dim=-1))
 
     def end(self) -> None:
         pass
@@ -110,14 +124,23 @@ class DiffusionGemmaLM(TextCodec):
         canvases = -(-answer_tokens // self.canvas_length)
         return self.max_context - canvases * self.canvas_length
 
-    def generate(self, prompt: list[int], rows: int, answer_tokens: int, *, seed: int) -> Generation:
-        """`rows` answers to one prompt, sampled in one batch by the model's own `generate`."""
+    def generate(
+        self,
+        prompt: list[int],
+        rows: int,
+        answer_tokens: int,
+        *,
+        seed: int,
+        observe: Callable[[torch.Tensor], None] | None = None,
+    ) -> Generation:
+        """`rows` answers to one prompt, sampled in one batch by the model's own `generate`.
+        `observe` is handed the generated ids so far after every denoising step (`StepCounter`)."""
         import torch
 
         from ralph.drafters.sampler import DecodeStats
 
         ids = torch.tensor([prompt] * rows, dtype=torch.long, device=self.device)
-        counter = StepCounter()
+        counter = StepCounter(observe)
         devices = [self.device] if self.device.type == "cuda" else []
         began = time.perf_counter()
         # generate draws from torch's global generator: seed a fork of it, leave the caller's as it was.

@@ -96,6 +96,7 @@ class _Completion:
     finish_reason: str | None
     latency_ms: float  # of the call that produced it
     answered_early: bool = False  # the stream was closed at its first complete function
+    completion_tokens: int | None = None  # of the call that produced it (all its choices)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,12 @@ class LLMDrafter:
         self._proposed: set[str] = set()  # fingerprints proposed for that state
         self._heat = 0.0  # added to the temperature while the model repeats itself
 
-    def draft(self, context: DraftContext, n: int) -> list[Candidate]:
+    def draft(
+        self, context: DraftContext, n: int, *, on_text: Callable[[str], None] | None = None
+    ) -> list[Candidate]:
         """Up to `n` candidates from `n` completions, without duplicates or edits already rejected.
+        `on_text` is handed a reply's text so far at each chunk of a streamed reply, else once with
+        the whole reply (how a draft grows, for `ralph bench drafter`).
 
         Raises RalphError when the model cannot be reached (after retries) or refuses the request.
         """
@@ -190,13 +195,13 @@ class LLMDrafter:
             hole = _fim_hole(context)
             if hole is None:
                 return []  # nothing suspicious to rewrite, so a FIM model has nothing to try
-            calls = self._sample({"prompt": hole.prompt, "suffix": hole.tail}, n)
+            calls = self._sample({"prompt": hole.prompt, "suffix": hole.tail}, n, on_text=on_text)
             drafts = [self._fill(hole, c) for call in calls for c in call.completions]
         else:
             messages = _function_messages(context) if self.prompt == "function" else None
             request = {"messages": messages or _messages(context), "max_tokens": self._reply_budget(context)}
             answered = functools.partial(_answered, context) if messages is not None else None
-            calls = self._sample(request, n, answered=answered)
+            calls = self._sample(request, n, answered=answered, on_text=on_text)
             asked: Format = "function" if messages is not None else "search-replace"
             drafts = [self._edit(context, c, asked) for call in calls for c in call.completions]
         self._warm_up_if_repeating(context.state_id, drafts)
@@ -246,7 +251,12 @@ class LLMDrafter:
     # --- calls -------------------------------------------------------------------------------------
 
     def _sample(
-        self, request: dict[str, Any], n: int, *, answered: Callable[[str], bool] | None = None
+        self,
+        request: dict[str, Any],
+        n: int,
+        *,
+        answered: Callable[[str], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> list[_Call]:
         """Calls until `n` completions came back: one call with `n` where the provider takes it (a
         streamed call asks for one)."""
@@ -254,7 +264,7 @@ class LLMDrafter:
         got = 0
         while got < n:
             batch = self._takes_n() and not (self.stream and not self.fim)
-            calls.append(self._call(request, n - got if batch else 1, answered=answered))
+            calls.append(self._call(request, n - got if batch else 1, answered=answered, on_text=on_text))
             # An OpenAI-compatible server may ignore `n` and answer once; the next call asks for the rest.
             got += len(calls[-1].completions)
         return calls
@@ -271,10 +281,15 @@ class LLMDrafter:
         return self._batches
 
     def _call(
-        self, request: dict[str, Any], k: int, *, answered: Callable[[str], bool] | None = None
+        self,
+        request: dict[str, Any],
+        k: int,
+        *,
+        answered: Callable[[str], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> _Call:
         """One request for `k` completions, retried with exponential backoff on transient errors.
-        Streamed, with `answered`: read until what came so far is an answer."""
+        Streamed, with `answered`: read until what came so far is an answer. `on_text`: see `draft`."""
         litellm = _litellm()
         kwargs: dict[str, Any] = {
             **request,
@@ -295,16 +310,26 @@ class LLMDrafter:
         started = time.perf_counter()
         early = False
         if self.stream and not self.fim:
-            read = functools.partial(self._streamed, answered)
+            read = functools.partial(self._streamed, answered, on_text)
             response, early = self._with_retries(read, kwargs)
         else:
             response = self._with_retries(litellm.text_completion if self.fim else litellm.completion, kwargs)
         latency_ms = (time.perf_counter() - started) * 1000
+        usage = getattr(response, "usage", None)
+        completion_tokens = getattr(usage, "completion_tokens", None) if usage else None
         completions = tuple(
-            _Completion(_choice_text(choice), getattr(choice, "finish_reason", None), latency_ms, early)
+            _Completion(
+                _choice_text(choice),
+                getattr(choice, "finish_reason", None),
+                latency_ms,
+                early,
+                completion_tokens if isinstance(completion_tokens, int) else None,
+            )
             for choice in getattr(response, "choices", None) or ()
         )
-        usage = getattr(response, "usage", None)
+        if on_text is not None and not (self.stream and not self.fim):
+            for completion in completions:  # the whole reply at once: a draft that did not grow
+                on_text(completion.text)
         tokens = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0) if usage else None
         return _Call(
             # An answer without choices still counts (and costs): asking again for it could loop forever.
@@ -314,11 +339,17 @@ class LLMDrafter:
             latency_ms,
         )
 
-    def _streamed(self, answered: Callable[[str], bool] | None, **kwargs: Any) -> tuple[Any, bool]:
+    def _streamed(
+        self,
+        answered: Callable[[str], bool] | None,
+        on_text: Callable[[str], None] | None,
+        **kwargs: Any,
+    ) -> tuple[Any, bool]:
         """One chat completion read as it streams: the response rebuilt from its chunks (usage counted
         when the server sends none), and whether it was cut once `answered` said the text so far is
         an answer (functions that change the suspicious files, then prose or the function again: the
-        whole answer to the function prompt). What a small model writes after it is not waited for, and hanging up tells the server to stop generating. A stream still going at
+        whole answer to the function prompt). What a small model writes after it is not waited for,
+        and hanging up tells the server to stop generating. A stream still going at
         `timeout_s` is cut there (finish reason "timeout")."""
         litellm = _litellm()
         stream = litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True})
@@ -330,6 +361,8 @@ class LLMDrafter:
                 chunks.append(chunk)
                 delta = _delta_text(chunk)
                 text += delta
+                if on_text is not None and delta:
+                    on_text(text)
                 if answered is not None and any(c in delta for c in "`\n(") and answered(text):
                     early = True
                     break
@@ -450,6 +483,7 @@ class LLMDrafter:
             "mode": "fim" if self.fim else "chat",
             "finish_reason": "answered" if completion.answered_early else completion.finish_reason,
             "latency_ms": round(completion.latency_ms, 1),
+            "completion_tokens": completion.completion_tokens,
             "reply": redact(reply, [self._api_key()]),
         }
 

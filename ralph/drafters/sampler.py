@@ -219,6 +219,7 @@ def decode(
     temperatures: Sequence[float] | None = None,
     stop_ids: Sequence[int] = (),
     generator: torch.Generator | None = None,
+    on_step: Callable[[torch.Tensor], None] = lambda ids: None,
 ) -> Decoded:
     """Decode every position of `input_ids` [B, L] that holds `mask_id`.
 
@@ -227,7 +228,8 @@ def decode(
     greedy row and some sampled ones). When a finished block leaves a row with one of `stop_ids` among its
     decoded tokens, the row's remaining masks are filled with the first stop id without decoding them, as
     the answer has ended (LLaDA and Dream pad answers with end-of-text tokens). With `shift`, the logits
-    at position i - 1 score position i (position 0 keeps its own, Dream's convention).
+    at position i - 1 score position i (position 0 keeps its own, Dream's convention). `on_step` sees
+    the ids after every step, read only (how a draft grows, for `ralph bench drafter`).
     """
     start = time.perf_counter()
     x = input_ids.clone()
@@ -254,6 +256,7 @@ def decode(
             x = torch.where(commit, tokens, x)
             decoded |= commit
             pending &= ~commit
+            on_step(x)
         if stops.numel():
             _fill_after_stop(x, masked, decoded, stops, mask_id)
     stats = DecodeStats(
