@@ -209,6 +209,11 @@ def _rejected_and_tip(records: list[dict[str, Any]]) -> tuple[frozenset[str], st
     return frozenset(rejected), tip
 
 
+def _trace_path(toplevel: Path, run_id: str, resume: Resume | None) -> Path:
+    """Where a run's trace goes by default: the resumed run's own, or one under .ralph/runs."""
+    return resume.trace if resume else toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
+
+
 def fix(
     path: Path,
     config: RunConfig,
@@ -229,9 +234,7 @@ def fix(
     snap, run_id, branch_name = _starting_point(path, config, branch, staged, resume)
     drafters, router = _drafters(config, view)
     exclude_ralph_dir(snap.toplevel)
-    trace_path = trace_path or (
-        resume.trace if resume else snap.toplevel / ".ralph" / "runs" / run_id / "trace.jsonl"
-    )
+    trace_path = trace_path or _trace_path(snap.toplevel, run_id, resume)
     sweep_stale()  # what a run killed with SIGKILL left
     start = _start_record(run_id, config, snap, branch_name, drafters, resume)
     ralph_branch = RalphBranch(snap, branch_name, tip=resume.tip if resume else None)
