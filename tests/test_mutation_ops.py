@@ -600,10 +600,11 @@ def test_a_redundant_range_start_is_dropped_and_is_becomes_equality():
     assert _described("r = range(0, n)\n", [1], "drop_arg") == []  # the same program: not a candidate
 
 
-def test_the_rarer_one_line_bugs_have_templates():
-    def first_fix(source: str, lines: list[int], operator: str) -> str:
-        return next(m.source for m in generate_mutants(source, lines) if m.operator == operator)
+def first_fix(source: str, lines: list[int], operator: str) -> str:
+    return next(m.source for m in generate_mutants(source, lines) if m.operator == operator)
 
+
+def test_the_rarer_one_line_bugs_have_templates():
     assert first_fix("y = a % 1.0 + 1.0\n", [1], "drop_operand") == "y = a % 1.0\n"
     drops = [m.source for m in generate_mutants("y = 2 * (a + b)\n", [1]) if m.operator == "drop_operand"]
     assert drops == ["y = 2\n", "y = (a + b)\n", "y = 2 * (a)\n", "y = 2 * (b)\n"]
@@ -786,3 +787,38 @@ def test_a_shape_at_too_many_sites_and_too_many_shapes_are_bounded():
     )
     lines = list(range(2, 22))
     assert len(by_operator(generate_mutants(busy, lines), "everywhere")) == MAX_EVERYWHERE
+
+
+def twins(source: str, lines: list[int]) -> list[str]:
+    return [m.description for m in generate_mutants(source, lines) if m.operator == "twin"]
+
+
+def test_the_same_change_at_two_places_of_a_function_is_one_mutant():
+    primes = "def f(n):\n    if n < 1:\n        return []\n    return list(range(1, n))\n"
+    found = generate_mutants(primes, [2, 4])
+    both = [m for m in found if m.operator == "twin" and "`1` -> `2` and" in m.description]
+    assert [m.source for m in both] == [primes.replace("1", "2")]
+    assert both[0].at == 2 and both[0].span == (primes.index("1"), primes.rindex("1") + 1)
+    # A string changed alike (capitalised), once each: not with an edit of another kind.
+    answer = "def f(ok):\n    return 'yes' if ok else 'no'\n"
+    assert "line 2: `'yes'` -> `'Yes'` and line 2: `'no'` -> `'No'`" in twins(answer, [2])
+    assert not [d for d in twins(answer, [2]) if "'Yes'" in d and "'NO'" in d]
+
+
+def test_twins_stay_in_one_function_and_deletions_are_of_neighbours():
+    two = "def f(n):\n    return n + 1\n\n\ndef g(n):\n    return n + 1\n"
+    assert not [d for d in twins(two, [2, 6]) if "line 2" in d and "line 6" in d]
+    body = "def f(xs):\n    xs = sorted(xs)\n    ys = list(xs)\n    zs = ys[::-1]\n    return zs\n"
+    deletions = [d for d in twins(body, [2, 3, 4]) if "delete" in d]
+    assert deletions == [
+        "line 2: delete `xs = sorted(xs)` and line 3: delete `ys = list(xs)`",
+        "line 3: delete `ys = list(xs)` and line 4: delete `zs = ys[::-1]`",
+    ]
+
+
+def test_a_difference_divided_by_may_be_one_short_and_a_double_a_square():
+    assert first_fix("m = total / (hi - lo)\n", [1], "span_off_by_one") == "m = total / (hi - lo + 1)\n"
+    assert not by_operator(
+        generate_mutants("d = (hi - lo) * 2\nk = t / (hi - 1)\n", [1, 2]), "span_off_by_one"
+    )
+    assert "s += x ** 2\n" in sources(by_operator(generate_mutants("s += x * 2\n", [1]), "binop_swap_far"))

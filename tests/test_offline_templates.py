@@ -161,6 +161,56 @@ BUGS = {
             "def test_a_balance_that_touches_zero():\n    assert not goes_negative([1, -1, 2])\n"
         ),
     },
+    "the_same_number_wrong_twice_in_a_function": {
+        "primes.py": (
+            "def is_prime(n):\n"
+            "    if n < 1:\n"
+            "        return False\n"
+            "    for k in range(1, n):\n"
+            "        if n % k == 0:\n"
+            "            return False\n"
+            "    return True\n"
+        ),
+        "tests/test_primes.py": (
+            "from primes import is_prime\n\n\n"
+            "def test_primes():\n"
+            "    assert [n for n in range(1, 12) if is_prime(n)] == [2, 3, 5, 7, 11]\n"
+        ),
+    },
+    "both_answers_in_the_wrong_case": {
+        "answer.py": ("def answer(ok):\n    return 'yes' if ok else 'no'\n"),
+        "tests/test_answer.py": (
+            "from answer import answer\n\n\n"
+            "def test_answers():\n    assert (answer(True), answer(False)) == ('Yes', 'No')\n"
+        ),
+    },
+    "a_count_between_bounds_one_short": {
+        "average.py": (
+            "def mean_of_range(lo, hi):\n"
+            '    """The mean of the integers lo..hi, both included."""\n'
+            "    total = sum(range(lo, hi + 1))\n"
+            "    return total / (hi - lo)\n"
+        ),
+        "tests/test_average.py": (
+            "from average import mean_of_range\n\n\n"
+            "def test_one_to_three():\n    assert mean_of_range(1, 3) == 2\n\n\n"
+            "def test_two_to_six():\n    assert mean_of_range(2, 6) == 4\n"
+        ),
+    },
+    "a_square_written_as_a_double": {
+        "squares.py": (
+            "def sum_of_squares(xs):\n"
+            "    total = 0\n"
+            "    for x in xs:\n"
+            "        total += x * 2\n"
+            "    return total\n"
+        ),
+        "tests/test_squares.py": (
+            "from squares import sum_of_squares\n\n\n"
+            "def test_squares():\n    assert sum_of_squares([1, 3]) == 10\n\n\n"
+            "def test_none():\n    assert sum_of_squares([]) == 0\n"
+        ),
+    },
 }
 
 
@@ -169,6 +219,10 @@ FIXED_BY = {
     "float_default_on_a_line_of_its_own": "default_swap",
     "operand_of_the_wrong_range": "operand_substitute",
     "the_same_slip_in_two_functions": "everywhere",
+    "the_same_number_wrong_twice_in_a_function": "twin",
+    "both_answers_in_the_wrong_case": "twin",
+    "a_count_between_bounds_one_short": "span_off_by_one",
+    "a_square_written_as_a_double": "binop_swap_far",
 }
 # Where the fix takes that template after a simpler partial one (`== 0` -> `== -1` fixes two of the
 # three failing tests, then `== -1` -> `<= -1`, the same as `< 0` on integers).
@@ -253,7 +307,8 @@ def test_a_hanging_candidate_takes_no_more_than_a_fair_share_of_the_run(make_rep
 def test_a_bug_that_needs_two_edits_is_fixed_once_single_edits_are_spent(make_repo):
     repo = make_repo(
         {
-            "window.py": "def window(xs):\n    start = 1\n    end = len(xs) - 1\n    return xs[start:end]\n",
+            # (Two different slips: `1` -> `0` twice would be one candidate, a `twin`.)
+            "window.py": "def window(xs):\n    start = 1\n    end = len(xs) - 2\n    return xs[start:end]\n",
             "tests/test_window.py": (
                 "from window import window\n\n\ndef test_window():\n    assert window([1, 2, 3]) == [1, 2, 3]\n"
             ),

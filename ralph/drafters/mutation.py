@@ -177,7 +177,14 @@ def ranked_lines(context: DraftContext, read: Callable[[str], str | None]) -> li
 # What a failing assertion's two values say of the fix, as the templates that make such a change
 # (their priors multiplied by HINT): an answer one off, a truth value the wrong way, a sign flipped.
 HINT = 3.0
-_OFF_BY_ONE = ("const_off_by_one", "index_off_by_one", "slice_off_by_one", "compare_flip", "drop_arg")
+_OFF_BY_ONE = (
+    "const_off_by_one",
+    "index_off_by_one",
+    "slice_off_by_one",
+    "span_off_by_one",
+    "compare_flip",
+    "drop_arg",
+)
 _WRONG_WAY = (
     "negate_condition",
     "remove_not",

@@ -6,7 +6,8 @@ substitutions, ...) in the spirit of GenProg, PyGGI and TBar.  Every edit replac
 text span of the affected token or node, located through `ast` positions, so the rest of the
 file -- comments, formatting and all other lines -- is preserved byte for byte.  One template
 makes the same edit at every site of a shape the module repeats (`everywhere`: `% 25` -> `% 26` in
-both of a pair of functions), as one mutant.  Every mutant parses, differs from the original, and
+both of a pair of functions), as one mutant; another makes one change twice in a function (`n < 1`
+and `range(1, n)` both meant 2, `'yes'`/`'no'` both meant capitalised: a `twin`).  Every mutant parses, differs from the original, and
 no two mutants share the same text.
 """
 
@@ -21,7 +22,7 @@ import itertools
 import math
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -112,7 +113,105 @@ def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] 
                 )
             )
             produced += 1
-    return mutants
+    return mutants + _twins(source, tree, mutants, seen)
+
+
+# One slip made twice in a function (`n < 1` and `range(1, n)` both meant 2; `" "` returned twice
+# where `""` was meant; `'yes'`/`'no'` meant capitalised; two statements too many, one after the
+# other): two single edits of the same kind as one mutant, at most so many a call.
+MAX_TWINS = 24
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+MAX_TWIN_GROUP = 6
+_TWIN_KINDS = (
+    "const_off_by_one",
+    "const_off_by_two",
+    "string_variant",
+    "expected_string",  # (a variant the failing test also named)
+    "delete_statement",
+)
+_STRING_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("capitalised", str.capitalize),
+    ("lower case", str.lower),
+    ("upper case", str.upper),
+    ("stripped", str.strip),
+    ("emptied", lambda _: ""),
+)
+
+
+def _twins(source: str, tree: ast.Module, mutants: list[Mutant], seen: set[int]) -> list[Mutant]:
+    """Pairs of `mutants` that make the same change (a number moved the same way, a string changed
+    the same way, adjacent statements deleted) at two places of one function, as one mutant each:
+    the best ranked pairs first (`mutants` is in rank order)."""
+    functions = sorted(
+        ((node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree) if isinstance(node, _DEFS)),
+        key=lambda span: span[1] - span[0],
+    )
+    groups: dict[tuple[object, ...], list[Mutant]] = {}
+    for mutant in mutants:
+        kind = _twin_kind(mutant)
+        home = next((f for f in functions if f[0] <= mutant.line <= f[1]), None)
+        if kind is not None and home is not None:
+            group = groups.setdefault((home, *kind), [])
+            if len(group) < MAX_TWIN_GROUP:
+                group.append(mutant)
+    pairs = [
+        (a, b) if a.span < b.span else (b, a)
+        for group in groups.values()
+        for a, b in itertools.combinations(group, 2)
+    ]
+    order = {id(mutant): i for i, mutant in enumerate(mutants)}
+    twins: list[Mutant] = []
+
+    def likely(pair: tuple[Mutant, Mutant]) -> tuple[int, int]:
+        """The very same edit twice first, then a string changed alike or neighbours deleted, then
+        numbers moved alike; better ranked lines first."""
+        a, b = pair
+        same = a.text == b.text and source[slice(*a.span)] == source[slice(*b.span)]
+        tier = 0 if same else 2 if a.operator.startswith("const") else 1
+        return tier, order[id(a)] + order[id(b)]
+
+    for first, second in sorted(pairs, key=likely):
+        if len(twins) >= MAX_TWINS:
+            break
+        if first.operator == "delete_statement" and first.span[1] != second.span[0]:
+            continue  # deletions: of neighbours only
+        both = combine(source, first, second)
+        if both is None or hash(both) in seen:
+            continue
+        seen.add(hash(both))
+        (start, middle), (after, end) = first.span, second.span
+        best = min(first, second, key=lambda mutant: order[id(mutant)])
+        twins.append(
+            Mutant(
+                line=first.line,
+                operator="twin",
+                description=f"{first.description} and {second.description}",
+                original=source,
+                cost=COSTS["twin"],
+                span=(start, end),
+                text=first.text + source[middle:after] + second.text,
+                at=best.at,
+            )
+        )
+    return twins
+
+
+def _twin_kind(mutant: Mutant) -> tuple[object, ...] | None:
+    """What a single edit changes, for finding the same change elsewhere (None: not twinned)."""
+    if mutant.operator not in _TWIN_KINDS:
+        return None
+    old = mutant.original[mutant.span[0] : mutant.span[1]]
+    if mutant.operator == "delete_statement":
+        return ("delete",)
+    if mutant.operator in ("string_variant", "expected_string"):
+        try:
+            before, after = ast.literal_eval(old.strip()), ast.literal_eval(mutant.text.strip())
+        except (ValueError, SyntaxError):
+            return None
+        name = next((n for n, change in _STRING_CHANGES if change(before) == after), None)
+        return None if name is None else ("string", name)
+    before_n, after_n = _int_literal_value(old.strip()), _int_literal_value(mutant.text.strip())
+    return None if before_n is None or after_n is None else ("number", after_n - before_n)
 
 
 def combine(source: str, first: Mutant, second: Mutant) -> str | None:
@@ -164,6 +263,8 @@ COSTS = {
     "insert_guard": 3,
     "expected_string": 2,
     "everywhere": 3,
+    "span_off_by_one": 3,
+    "twin": 3,
 }
 
 # What a parameter's default may have been meant to be, when it is None or an empty container
@@ -224,8 +325,9 @@ _PRECEDENCE: dict[type[ast.operator], int] = {
     ast.Pow: 7,
 }
 
-# Rarer confusions, tried after the simple edits (`n - i == 0` meant `n % i == 0`, `x -= b` `x //= b`).
-_BINOP_FAR: dict[str, tuple[str, ...]] = {"-": ("%", "//"), "+": ("*",), "*": ("+",)}
+# Rarer confusions, tried after the simple edits (`n - i == 0` meant `n % i == 0`, `x -= b` `x //= b`,
+# `ceil(i)*2` `ceil(i)**2`).
+_BINOP_FAR: dict[str, tuple[str, ...]] = {"-": ("%", "//"), "+": ("*",), "*": ("+", "**")}
 
 _COMPARE_TOKENS: dict[type[ast.cmpop], str] = {
     ast.Eq: "==",
@@ -1250,6 +1352,14 @@ class _Collector:
     def _binop(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.Pow):
             self.pow_bases.add(id(node.left))
+        divisor = node.right
+        if (
+            isinstance(node.op, ast.Div | ast.FloorDiv)
+            and isinstance(divisor, ast.BinOp)
+            and isinstance(divisor.op, ast.Sub)
+            and not any(isinstance(n, ast.Constant) for n in (divisor.left, divisor.right))
+        ):
+            self._off_by_one(divisor, "span_off_by_one")  # `total / (m - n)`: m - n + 1 values
         old = _BINOP_TOKENS[type(node.op)]
         for new in _BINOP_SWAPS[old]:
             self._swap_operator(node, node.left, node.right, old, new, "binop_swap")
