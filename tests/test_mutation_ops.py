@@ -822,3 +822,12 @@ def test_a_difference_divided_by_may_be_one_short_and_a_double_a_square():
         generate_mutants("d = (hi - lo) * 2\nk = t / (hi - 1)\n", [1, 2]), "span_off_by_one"
     )
     assert "s += x ** 2\n" in sources(by_operator(generate_mutants("s += x * 2\n", [1]), "binop_swap_far"))
+
+
+def test_a_string_missing_its_other_case_or_with_a_blank_on_the_wrong_side_and_two_terms_too_many():
+    variants = sources(by_operator(generate_mutants("v = 'aeiou'\ns = ' I'\n", [1, 2]), "string_variant"))
+    assert "v = 'aeiouAEIOU'\ns = ' I'\n" in variants
+    assert "v = 'aeiou'\ns = 'I '\n" in variants
+    assert "y = x * w * a" not in "".join(variants)
+    drops = sources(by_operator(generate_mutants("y = x * w * a * b\n", [1]), "drop_operand"))
+    assert "y = x * w\n" in drops and "y = x\n" not in drops

@@ -1370,8 +1370,14 @@ class _Collector:
         )
         if isinstance(node.op, _NON_COMMUTATIVE) or sliced:  # `s[k:] + s[:k]` is not `s[:k] + s[k:]`
             self._swap_nodes(node, node.left, node.right, "swap_operands", wrap=True)
-        # A term too many: `a % 1.0 + 1.0` -> `a % 1.0`, `18 * n * p` -> `18 * p` (through `18 * n`).
-        for kept in (node.left, node.right):
+        # A term too many: `a % 1.0 + 1.0` -> `a % 1.0`, `18 * n * p` -> `18 * p` (through `18 * n`);
+        # two at the end of a chain: `x * y * a * b` -> `x * y`.
+        chain = (
+            node.left.left
+            if isinstance(node.left, ast.BinOp) and type(node.left.op) is type(node.op)
+            else None
+        )
+        for kept in (node.left, node.right, *([chain] if chain is not None else [])):
             text = self.text.text(kept)
             binds = isinstance(kept, _ATOMS) or (
                 isinstance(kept, ast.BinOp) and _PRECEDENCE[type(kept.op)] >= _PRECEDENCE[type(node.op)]
@@ -1624,6 +1630,12 @@ class _Collector:
         # The literal itself a little off: `'yes'` meant `'Yes'`, `' '` meant `''`, `"E+"` meant `"E"`.
         variants = [value.capitalize(), value.lower(), value.upper(), value.strip(), value[:-1], value[1:]]
         variants += ["" if value else " "]
+        if len(value) > 1 and value.isalpha() and (value.islower() or value.isupper()):
+            variants.append(value + value.swapcase())  # `"aeiou"` meant `"aeiouAEIOU"`
+        core = value.strip()
+        if core and core != value:  # `' I'` meant `'I '`: the blank on the other side
+            lead, trail = value[: value.index(core)], value[value.index(core) + len(core) :]
+            variants.append(trail + core + lead)
         for variant in dict.fromkeys(v for v in variants if v != value and v.isprintable()):
             self._replace_node(node, _literal(variant, quote), "string_variant")
 
