@@ -211,6 +211,16 @@ BUGS = {
             "def test_none():\n    assert sum_of_squares([]) == 0\n"
         ),
     },
+    "letters_missing_their_capitals": {
+        "vowels.py": (
+            'def count_vowels(text):\n    vowels = "aeiou"\n    return sum(1 for c in text if c in vowels)\n'
+        ),
+        "tests/test_vowels.py": (
+            "from vowels import count_vowels\n\n\n"
+            "def test_count_vowels():\n"
+            "    assert [count_vowels(w) for w in ('abc', 'ACEDY', 'Alone')] == [1, 2, 3]\n"
+        ),
+    },
 }
 
 
@@ -223,6 +233,7 @@ FIXED_BY = {
     "both_answers_in_the_wrong_case": "twin",
     "a_count_between_bounds_one_short": "span_off_by_one",
     "a_square_written_as_a_double": "binop_swap_far",
+    "letters_missing_their_capitals": "string_variant",
 }
 # Where the fix takes that template after a simpler partial one (`== 0` -> `== -1` fixes two of the
 # three failing tests, then `== -1` -> `<= -1`, the same as `< 0` on integers).
