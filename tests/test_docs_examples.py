@@ -218,6 +218,18 @@ def test_the_serving_recipes_are_the_ones_tested():
     assert tuple(model_recipes()) == RECIPES
 
 
+def test_the_readme_table_of_servers_agrees_with_the_tested_recipes():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = {m[0]: m[1:] for m in re.findall(r"^\| ([^|`]+?) \| `([^`]+)` \| `([^`]+)` \|$", readme, re.M)}
+    assert tuple(rows) == RECIPES
+    for recipe, (shell, settings) in model_recipes().items():
+        start, api_base = rows[recipe]
+        documented = [line.split("#")[0] for line in shell.splitlines()]
+        for part in start.split(" & "):  # (the table's one line for the recipe's two)
+            assert any(part.strip() in line for line in documented), (recipe, part)
+        assert f'api_base = "{api_base}"' in settings, recipe
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_each_serving_recipe_reaches_its_model_and_applies_its_reply(recipe, make_repo, monkeypatch):
