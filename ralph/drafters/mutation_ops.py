@@ -124,7 +124,6 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 MAX_TWIN_GROUP = 6
 _TWIN_KINDS = (
     "const_off_by_one",
-    "const_off_by_two",
     "string_variant",
     "expected_string",  # (a variant the failing test also named)
     "delete_statement",
@@ -139,8 +138,8 @@ _STRING_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
 
 
 def _twins(source: str, tree: ast.Module, mutants: list[Mutant], seen: set[int]) -> list[Mutant]:
-    """Pairs of `mutants` that make the same change (a number moved the same way, a string changed
-    the same way, adjacent statements deleted) at two places of one function, as one mutant each:
+    """Pairs of `mutants` that make the same change (one number made the same other one, a string
+    changed the same way, adjacent statements deleted) at two places of one function, as one mutant each:
     the best ranked pairs first (`mutants` is in rank order)."""
     functions = sorted(
         ((node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree) if isinstance(node, _DEFS)),
@@ -162,13 +161,10 @@ def _twins(source: str, tree: ast.Module, mutants: list[Mutant], seen: set[int])
     order = {id(mutant): i for i, mutant in enumerate(mutants)}
     twins: list[Mutant] = []
 
-    def likely(pair: tuple[Mutant, Mutant]) -> tuple[int, int]:
-        """The very same edit twice first, then a string changed alike or neighbours deleted, then
-        numbers moved alike; better ranked lines first."""
+    def likely(pair: tuple[Mutant, Mutant]) -> tuple[bool, int]:
+        """The very same edit twice first; better ranked lines first."""
         a, b = pair
-        same = a.text == b.text and source[slice(*a.span)] == source[slice(*b.span)]
-        tier = 0 if same else 2 if a.operator.startswith("const") else 1
-        return tier, order[id(a)] + order[id(b)]
+        return not _same_edit(a, b), order[id(a)] + order[id(b)]
 
     for first, second in sorted(pairs, key=likely):
         if len(twins) >= MAX_TWINS:
@@ -196,6 +192,10 @@ def _twins(source: str, tree: ast.Module, mutants: list[Mutant], seen: set[int])
     return twins
 
 
+def _same_edit(a: Mutant, b: Mutant) -> bool:
+    return a.text == b.text and a.original[slice(*a.span)] == b.original[slice(*b.span)]
+
+
 def _twin_kind(mutant: Mutant) -> tuple[object, ...] | None:
     """What a single edit changes, for finding the same change elsewhere (None: not twinned)."""
     if mutant.operator not in _TWIN_KINDS:
@@ -211,7 +211,7 @@ def _twin_kind(mutant: Mutant) -> tuple[object, ...] | None:
         name = next((n for n, change in _STRING_CHANGES if change(before) == after), None)
         return None if name is None else ("string", name)
     before_n, after_n = _int_literal_value(old.strip()), _int_literal_value(mutant.text.strip())
-    return None if before_n is None or after_n is None else ("number", after_n - before_n)
+    return None if before_n is None or after_n is None else ("number", before_n, after_n)
 
 
 def combine(source: str, first: Mutant, second: Mutant) -> str | None:
