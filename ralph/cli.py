@@ -723,6 +723,14 @@ def _bench_sampler_settings(model: str, device: str | None, *, as_json: bool) ->
     _stdout().print(table)
 
 
+_Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Run the tasks on the Ray cluster at ADDRESS (its head's HOST:PORT, or auto); alone: on one started here. Needs ralph-loop[ray].",
+    ),
+]
 _BENCH_FIX_ROWS = (
     "tasks",
     "fixed",
@@ -756,14 +764,7 @@ def bench_fix_command(
         int,
         typer.Option(help="Tasks run in parallel processes (with --ray alone: the local cluster's CPUs)."),
     ] = 1,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            metavar="[ADDRESS]",
-            help="Run the tasks on the Ray cluster at ADDRESS (its head's HOST:PORT, or auto); alone: on one started here. Needs ralph-loop[ray].",
-        ),
-    ] = None,
+    ray: _Ray = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
     drafter: Annotated[str, typer.Option(help="Drafter for every task.")] = "auto",
     max_iterations: Annotated[int, typer.Option(help="Iteration budget per task.")] = 20,
@@ -810,11 +811,18 @@ def bench_fix_command(
             ray=ray,
         )
     _print_bench_fix(summary, tasks, as_json=as_json)
+    _refuse_unshipped(summary, out)
+
+
+def _refuse_unshipped(summary: dict[str, Any], out: Path) -> None:
+    """Tasks whose project could not be shipped are bad input: one line and exit 2, said after the
+    other tasks' results are written and shown."""
     if summary["unshipped"]:
         first = next(r for r in summary["results"] if r.get("unshipped"))
+        more = ", ..." if len(summary["unshipped"]) > 1 else ""
         raise RalphError(
             f"{len(summary['unshipped'])} of {summary['tasks']} tasks could not be shipped ({first['error']}"
-            f"{', ...' if len(summary['unshipped']) > 1 else ''}); the others' results are in {out / 'summary.json'}"
+            f"{more}); the others' results are in {out / 'summary.json'}"
         )
 
 

@@ -92,7 +92,10 @@ def ray_session(address: str, workers: int, progress: Callable[[str], None]) -> 
 def _connect(ray: Any, address: str, workers: int) -> None:
     quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address == "local":
-        ray.init(address="local", num_cpus=max(1, workers), include_dashboard=False, **quiet)
+        try:
+            ray.init(address="local", num_cpus=max(1, workers), include_dashboard=False, **quiet)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise RalphError(f"--ray: no Ray cluster could be started here ({exc})") from None
         return
     _reachable(address)
     with _stderr_kept() as said:
