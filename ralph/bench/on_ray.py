@@ -150,19 +150,25 @@ def _run_all(
     finished: Finished,
     progress: Callable[[str], None],
 ) -> None:
-    """Every task submitted at once (the cluster runs as many as it has CPUs), each result handed
-    on as it comes back; a failed task submitted once more."""
+    """The tasks submitted as the cluster takes them (twice as many as it has CPUs, so that none
+    waits for the driver, and no more: each holds its packed project in the cluster's memory),
+    each result handed on as it comes back; a failed task submitted once more."""
     remote = ray.remote(num_cpus=1, max_retries=0)(run_shipped)
+    in_flight = max(2, int(2 * ray.cluster_resources().get("CPU", 1)))
+    waiting = iter(chosen)
     pending: dict[Any, tuple[str, Any, str]] = {}  # a running task: its name, shipped task, first failure
 
     def submit(name: str, task: Any, first_failure: str = "") -> None:
         pending[remote.options(name=f"ralph-bench:{name}").remote(task, config)] = (name, task, first_failure)
 
-    for task in chosen:
-        try:
-            submit(task.name, ray.put(shipped(task)))
-        except Unshippable as exc:
-            finished(failed(task.name, out, str(exc), unshipped=True))
+    def top_up() -> None:
+        while len(pending) < in_flight and (task := next(waiting, None)) is not None:
+            try:
+                submit(task.name, ray.put(shipped(task)))
+            except Unshippable as exc:
+                finished(failed(task.name, out, str(exc), unshipped=True))
+
+    top_up()
     while pending:
         (ref,), _ = ray.wait(list(pending), num_returns=1)
         name, task, first_failure = pending.pop(ref)
@@ -175,8 +181,9 @@ def _run_all(
                 submit(name, task, why)
                 continue
             finished(failed(name, out, f"failed twice on Ray: {why}", retried=first_failure))
-            continue
-        finished(landed(returned, out) | ({"retried": first_failure} if first_failure else {}))
+        else:
+            finished(landed(returned, out) | ({"retried": first_failure} if first_failure else {}))
+        top_up()
 
 
 def _why(exc: BaseException) -> str:
