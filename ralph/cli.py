@@ -728,7 +728,7 @@ _Ray = Annotated[
     typer.Option(
         "--ray",
         metavar="[ADDRESS]",
-        help="Run the tasks on the Ray cluster at ADDRESS (its head's HOST:PORT, or auto); alone: on one started here. Needs ralph-loop[ray].",
+        help="Run the tasks on the Ray cluster at ADDRESS (its head's HOST:PORT, or auto); alone: on one started here. Needs Ray (the extra `ray`).",
     ),
 ]
 _BENCH_FIX_ROWS = (
