@@ -832,7 +832,7 @@ def _print_bench_fix(summary: dict[str, Any], tasks: Path, *, as_json: bool) -> 
         return
     table = Table(title=f"ralph bench fix {tasks}", show_header=False)
     for key in _BENCH_FIX_ROWS:
-        if key in summary and summary[key] != []:  # (no row for a list of none retried)
+        if key in summary and summary[key] != []:  # (retried, unshipped: no row when none)
             table.add_row(key, str(summary[key]))
     for name, d in summary["drafters"].items():
         table.add_row(f"r ({name})", f"{d['r']} over {d['iterations']} iterations")
