@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, cast
 
@@ -720,6 +723,14 @@ def _bench_sampler_settings(model: str, device: str | None, *, as_json: bool) ->
     _stdout().print(table)
 
 
+_Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Run the tasks on the Ray cluster at ADDRESS (its head's HOST:PORT, or auto); alone: on one started here. Needs Ray (the extra `ray`).",
+    ),
+]
 _BENCH_FIX_ROWS = (
     "tasks",
     "fixed",
@@ -734,6 +745,8 @@ _BENCH_FIX_ROWS = (
     "plausible",
     "correct",
     "overfit",
+    "retried",
+    "unshipped",
     "traces",
 )
 
@@ -741,10 +754,17 @@ _BENCH_FIX_ROWS = (
 @bench.command("fix")
 def bench_fix_command(
     tasks: Annotated[
-        Path, typer.Argument(help="A directory of projects, or a HumanEvalFix-style JSONL file.")
+        Path,
+        typer.Argument(
+            help="A directory of projects, a TOML or JSON list of {repo, task}, or a HumanEvalFix-style JSONL file."
+        ),
     ],
     out: Annotated[Path, typer.Option(help="Where repos, traces and summary.json go.")] = Path("ralph-bench"),
-    workers: Annotated[int, typer.Option(help="Tasks run in parallel processes.")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(help="Tasks run in parallel processes (with --ray alone: the local cluster's CPUs)."),
+    ] = 1,
+    ray: _Ray = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
     drafter: Annotated[str, typer.Option(help="Drafter for every task.")] = "auto",
     max_iterations: Annotated[int, typer.Option(help="Iteration budget per task.")] = 20,
@@ -772,32 +792,68 @@ def bench_fix_command(
     from ralph.bench.fix import bench_fix
     from ralph.config import check_config, read_toml
 
-    console = _Output(stderr=True, soft_wrap=True)
     config = read_toml(settings) if settings is not None else {}
     config |= {"drafter": drafter, "max_iterations": max_iterations, "candidates": candidates}
     given = {"python": python, "background_gate": background_gate, "on_gate_failure": on_gate_failure}
     config |= {k: v for k, v in {**given, "jobs": jobs}.items() if v is not None}
     check_config(config)
-    summary = bench_fix(
-        tasks,
-        out,
-        workers=workers,
-        limit=limit,
-        mutants=mutants,
-        config=config,
-        progress=lambda t: console.print(t, markup=False),
-        visible=visible,
-    )
+    with _progress_bar(_Output(stderr=True, soft_wrap=True)) as (note, advance):
+        summary = bench_fix(
+            tasks,
+            out,
+            workers=workers,
+            limit=limit,
+            mutants=mutants,
+            config=config,
+            progress=note,
+            advance=advance,
+            visible=visible,
+            ray=ray,
+        )
+    _print_bench_fix(summary, tasks, as_json=as_json)
+    _refuse_unshipped(summary, out)
+
+
+def _refuse_unshipped(summary: dict[str, Any], out: Path) -> None:
+    """Tasks whose project could not be shipped are bad input: one line and exit 2, said after the
+    other tasks' results are written and shown."""
+    if summary["unshipped"]:
+        first = next(r for r in summary["results"] if r.get("unshipped"))
+        more = ", ..." if len(summary["unshipped"]) > 1 else ""
+        raise RalphError(
+            f"{len(summary['unshipped'])} of {summary['tasks']} tasks could not be shipped ({first['error']}"
+            f"{more}); the others' results are in {out / 'summary.json'}"
+        )
+
+
+def _print_bench_fix(summary: dict[str, Any], tasks: Path, *, as_json: bool) -> None:
     if as_json:
         _out(json.dumps({k: v for k, v in summary.items() if k != "results"}))
         return
     table = Table(title=f"ralph bench fix {tasks}", show_header=False)
     for key in _BENCH_FIX_ROWS:
-        if key in summary:
+        if key in summary and summary[key] != []:  # (retried, unshipped: no row when none)
             table.add_row(key, str(summary[key]))
     for name, d in summary["drafters"].items():
         table.add_row(f"r ({name})", f"{d['r']} over {d['iterations']} iterations")
     _stdout().print(table)
+
+
+@contextlib.contextmanager
+def _progress_bar(
+    console: Console,
+) -> Iterator[tuple[Callable[[str], None], Callable[[int, int], None]]]:
+    """A bench's lines (one per finished task) and, on a terminal, a bar of the tasks done under them."""
+    note = functools.partial(console.print, markup=False, highlight=False)
+    if not console.is_terminal:
+        yield note, lambda done, total: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        tasks = bar.add_task("tasks", total=None)
+        yield note, lambda done, total: bar.update(tasks, completed=done, total=total)
 
 
 @bench.command("priors")
@@ -844,8 +900,23 @@ class _NoHelpMetavar:
         return option
 
 
+# Options whose value may be left off (click has no such option): alone, they take this value.
+_OPTIONAL_VALUES = {"--ray": "local"}
+
+
 class _Command(_NoHelpMetavar, TyperCommand):
-    pass
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _optional_values(args))
+
+
+def _optional_values(args: list[str]) -> list[str]:
+    """`--ray` last, or before another option, is `--ray local`."""
+    given = []
+    for i, arg in enumerate(args):
+        given.append(arg)
+        if arg in _OPTIONAL_VALUES and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            given.append(_OPTIONAL_VALUES[arg])
+    return given
 
 
 class _Group(_NoHelpMetavar, TyperGroup):

@@ -250,3 +250,37 @@ def test_each_serving_recipe_reaches_its_model_and_applies_its_reply(recipe, mak
     assert out.returncode == 0, out.stderr
     assert [r.body["model"] for r in requests] == [model.group(1)]
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+WORKFLOWS = sorted((PLUGINS.parent.parent / "examples" / "github").glob("*.yml"))
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda path: path.name)
+def test_the_example_workflows_call_ralph_as_it_is(workflow: Path):
+    """Each `ralph ...` line of an example workflow (docs/many-repositories.md, docs/usage.md) is one
+    ralph's command line parses (its options exist, their values are of their types), and what a
+    step gives ralph's action is among action.yml's inputs."""
+    import shlex
+
+    import typer.main
+    import yaml
+
+    from ralph.cli import app
+
+    root = typer.main.get_command(app)
+    context = root.context_class(root, info_name="ralph")
+    inputs = set(yaml.safe_load((PLUGINS.parent.parent / "action.yml").read_text())["inputs"])
+    steps = [step for job in yaml.safe_load(workflow.read_text())["jobs"].values() for step in job["steps"]]
+    calls = 0
+    for step in steps:
+        if step.get("uses", "").startswith("ralph-loop/ralph@"):
+            assert set(step.get("with", {})) <= inputs, step
+            calls += 1
+        for line in step.get("run", "").splitlines():
+            if line.strip().startswith("ralph "):  # (an expression `${{ ... }}` stands for a value)
+                name, *args = shlex.split(re.sub(r"\$\{\{.*?\}\}", "VALUE", line))[1:]
+                command = root.get_command(context, name)
+                assert command is not None, line
+                command.make_context(name, args, parent=context)  # (a usage error raises)
+                calls += 1
+    assert calls, f"{workflow.name} calls no ralph"

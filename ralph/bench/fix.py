@@ -1,26 +1,35 @@
 """`ralph bench fix TASKS`: the loop over a task suite, one trace per task, and a summary.
 
-TASKS is a directory of projects (each a directory with its tests) or a HumanEvalFix-style JSONL file
+TASKS is a directory of projects (each a directory with its tests), a list of projects with what
+is asked of each (a TOML or JSON file of `{repo, task}` entries), or a HumanEvalFix-style JSONL file
 (one task a line: prompt, buggy_solution, test, entry_point); each task becomes a small git repository.
 With `--mutants N`, TASKS is one project and the tasks are N single-token mutants of it that its
-own suite catches (a fresh pytest run fails), in a seeded order.
+own suite catches (a fresh pytest run fails), in a seeded order. Tasks run in a local process pool
+(`--workers`) or, with `--ray`, as Ray tasks on a cluster (`ralph/bench/on_ray.py`); both run each
+task with `_run_task` and write the same summary.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from ralph.bench.judge import Hidden, judge
+from ralph.bench.shipping import Unshippable, pack, unpack
 from ralph.domain.candidate import PROTECTED_TESTS, is_protected
 from ralph.domain.errors import RalphError
 from ralph.report import drafter_stats, run_stats
@@ -39,6 +48,14 @@ class Task:
     source: Path | None = None  # for a directory of projects
     mutant: tuple[str, str, str] | None = None  # (path, description, source) written over `source`'s
     hidden: Hidden | None = None  # how a JSONL task's fix is judged beyond the tests the loop saw
+    description: str = ""  # what is asked, in words (a list file's `task`: `ralph fix --task`)
+    archive: bytes | None = None  # `source`'s files, packed (`shipped`): the task as it travels
+
+
+# What a finished task's result is handed to, as each one ends.
+Finished = Callable[[dict[str, Any]], None]
+# Runs the tasks (results written under the folder), handing each result on as it ends.
+Runner = Callable[[list["Task"], Path, dict[str, Any], Finished], None]
 
 
 def mutant_tasks(project: Path, count: int, python: str | None = None, seed: int = 0) -> list[Task]:
@@ -118,10 +135,59 @@ def humanevalfix_files(row: dict[str, Any], visible: str = "full") -> dict[str, 
     }
 
 
+# A list of projects with their tasks, as `{repo, task}` entries; any other file is JSONL.
+LIST_SUFFIXES = (".toml", ".json")
+
+
+class _Entry(BaseModel):
+    """One entry of a list file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str
+    task: str = ""
+    name: str | None = None
+
+
+def listed_tasks(file: Path) -> list[Task]:
+    """The tasks of a list file: TOML `[[tasks]]` tables or a JSON list, each `{repo, task, name}`:
+    `repo` a project's directory (relative to the file), `task` what is asked of it (as `ralph fix
+    --task`), `name` its trace's name (the directory's by default). A missing directory is that
+    task's failure when it is shipped, not the list's."""
+    try:
+        text = file.read_text(encoding="utf-8")
+        rows = tomllib.loads(text).get("tasks") if file.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RalphError(f"{file}: unreadable list of tasks ({exc})") from None
+    if not isinstance(rows, list) or not rows:
+        shape = "[[tasks]] tables" if file.suffix == ".toml" else "a JSON list"
+        raise RalphError(f"{file}: no tasks: expected {shape} of {{repo = ..., task = ...}}")
+    found = []
+    for i, row in enumerate(rows, 1):
+        try:
+            entry = _Entry.model_validate(row)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise RalphError(f"{file}: task {i}: {where + ': ' if where else ''}{first['msg']}") from None
+        source = file.parent / Path(entry.repo).expanduser()
+        name = entry.name or source.resolve().name
+        if not name or "/" in name or name.startswith("."):
+            raise RalphError(f"{file}: task {i}: {name!r} cannot name a trace file: give it a `name`")
+        found.append(Task(name, source=source, description=entry.task))
+    names = [t.name for t in found]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise RalphError(f"{file}: two tasks named {twice[0]}: give each its own `name`")
+    return found
+
+
 def load_tasks(tasks: Path, limit: int | None = None, visible: str = "full") -> list[Task]:
-    """The tasks of a directory of projects or of a JSONL file; with `visible="example"`, a JSONL
-    task without an `example_test` is left out (the loop would have no test to fix with)."""
-    if tasks.is_file():
+    """The tasks of a directory of projects, a list file (`listed_tasks`) or a JSONL file; with
+    `visible="example"`, a JSONL task without an `example_test` is left out (the loop would have no
+    test to fix with)."""
+    if tasks.is_file() and tasks.suffix in LIST_SUFFIXES:
+        found = listed_tasks(tasks)
+    elif tasks.is_file():
         try:
             rows = [
                 json.loads(line) for line in tasks.read_text(encoding="utf-8").splitlines() if line.strip()
@@ -148,18 +214,24 @@ def load_tasks(tasks: Path, limit: int | None = None, visible: str = "full") -> 
     return found[:limit] if limit else found
 
 
+def shipped(task: Task) -> Task:
+    """The task as it travels to where it runs: its project's files packed (`Unshippable` where
+    they cannot be); a task of inline files, or one already packed, as it is."""
+    if task.source is None:
+        return task
+    return dataclasses.replace(task, source=None, archive=pack(task.source))
+
+
 def _prepare(task: Task, root: Path) -> Path:
+    """The task's git repository under `root`, from its packed project or its files."""
     repo = root / "repos" / task.name
-    if repo.exists():
-        shutil.rmtree(repo)
-    if task.source is not None:
-        shutil.copytree(
-            task.source, repo, ignore=shutil.ignore_patterns(".git", ".ralph", "__pycache__", ".venv")
-        )
+    if task.archive is not None:
+        unpack(task.archive, repo)
     else:
+        shutil.rmtree(repo, ignore_errors=True)
         repo.mkdir(parents=True)
-        for path, content in (task.files or {}).items():
-            (repo / path).write_text(content, encoding="utf-8")
+    for path, content in (task.files or {}).items():
+        (repo / path).write_text(content, encoding="utf-8")
     if task.mutant is not None:
         (repo / task.mutant[0]).write_text(task.mutant[2], encoding="utf-8")
     subprocess.run([*_GIT, "init", "-q", "-b", "main"], cwd=repo, check=True)
@@ -169,7 +241,8 @@ def _prepare(task: Task, root: Path) -> Path:
 
 
 def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """One task in a worker process; bad input in a task is that task's result, not the bench's."""
+    """One task in a worker process (of the local pool, or a Ray worker's, under a scratch `root`);
+    bad input in a task is that task's result, not the bench's."""
     from ralph.config import RunConfig, load_config
     from ralph.session import fix
     from ralph.view import QuietView
@@ -177,9 +250,10 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
     trace = root / "traces" / f"{task.name}.jsonl"
     trace.unlink(missing_ok=True)
     try:
-        repo = _prepare(task, root)
+        repo = _prepare(shipped(task), root)
+        asked = config | ({"task": task.description} if task.description else {})
         # The task's own [tool.ralph] (its models' api_base, max_tokens, timeouts), the bench's flags on top.
-        settings = load_config(repo, config) if task.source is not None else RunConfig(**config)
+        settings = load_config(repo, asked) if task.files is None else RunConfig(**asked)
         # ...except isolation: only the bench's own settings (or RALPH_NO_SANDBOX) may turn it off.
         settings = settings.model_copy(update={"sandbox": load_config(root / "no-such-dir", config).sandbox})
         outcome = fix(repo, settings, view=QuietView(notices=False), trace_path=trace)
@@ -196,7 +270,19 @@ def _run_task(task: Task, root: Path, config: dict[str, Any]) -> dict[str, Any]:
             done |= _judged(task.hidden, repo, outcome, settings.chosen_sandbox)
         return done
     except RalphError as exc:
-        return {"task": task.name, "outcome": "error", "error": str(exc), "trace": str(trace)}
+        return failed(task.name, root, str(exc), unshipped=isinstance(exc, Unshippable))
+
+
+def failed(name: str, root: Path, why: str, **more: Any) -> dict[str, Any]:
+    """The result of a task that did not run to its end: bad input in it, a project that could not
+    be shipped (`unshipped`), a worker that failed twice (`retried`)."""
+    extra = {key: value for key, value in more.items() if value}
+    return {
+        "task": name,
+        "outcome": "error",
+        "error": why,
+        "trace": str(root / "traces" / f"{name}.jsonl"),
+    } | extra
 
 
 def _judged(hidden: Hidden, repo: Path, outcome: FixOutcome, sandbox: str) -> dict[str, Any]:
@@ -264,27 +350,62 @@ def bench_fix(
     mutants: int | None = None,
     config: dict[str, Any] | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    advance: Callable[[int, int], None] = lambda done, total: None,
     visible: str = "full",
+    ray: str | None = None,
 ) -> dict[str, Any]:
-    """Run every task; write one trace per task under `out/traces`; return the summary."""
+    """Run every task, in a local pool of `workers` processes or on the Ray cluster at `ray`
+    ("local": one started here with `workers` CPUs); write one trace per task under `out/traces`;
+    return the summary. `progress` gets a line per finished task (and notices), `advance` the
+    tasks done and in all."""
+    from ralph.config import load_config
+
     if visible not in VISIBLE:
         raise RalphError(f"--visible {visible!r}: one of {', '.join(VISIBLE)}")
-    if visible != "full" and (mutants or not tasks.is_file()):
+    if visible != "full" and (mutants or not tasks.is_file() or tasks.suffix in LIST_SUFFIXES):
         raise RalphError(f"--visible {visible}: only for a HumanEvalFix-style JSONL file of tasks")
-    if mutants:
-        progress(f"finding {mutants} single-token mutants of {tasks} its suite catches")
-        chosen = mutant_tasks(tasks, mutants, (config or {}).get("python"))
-    else:
-        chosen = load_tasks(tasks, limit, visible)
-    out.mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(_run_task, task, out, config or {}) for task in chosen]
-        for future in as_completed(futures):
-            results.append(future.result())
-            r = results[-1]
-            progress(f"{len(results)}/{len(chosen)} {r['task']}: {r['outcome']}")
+    # Isolation is the bench's to say, here, not a worker machine's environment (RALPH_NO_SANDBOX).
+    config = (config or {}) | {"sandbox": load_config(out / "no-such-dir", config or {}).sandbox}
+    # (a cluster is reached first: one that cannot be is known before any mutant is searched for)
+    with _runner(workers, ray, progress) as run:
+        if mutants:
+            progress(f"finding {mutants} single-token mutants of {tasks} its suite catches")
+            chosen = mutant_tasks(tasks, mutants, config.get("python"))
+        else:
+            chosen = load_tasks(tasks, limit, visible)
+        out.mkdir(parents=True, exist_ok=True)
+        results: list[dict[str, Any]] = []
+
+        def finished(result: dict[str, Any]) -> None:
+            results.append(result)
+            why = f" ({result['error']})" if "error" in result else ""
+            progress(f"{len(results)}/{len(chosen)} {result['task']}: {result['outcome']}{why}")
+            advance(len(results), len(chosen))
+
+        advance(0, len(chosen))
+        run(chosen, out, config, finished)
     return summarize(results, out)
+
+
+@contextlib.contextmanager
+def _runner(workers: int, ray: str | None, progress: Callable[[str], None]) -> Iterator[Runner]:
+    """Where the tasks run: a local process pool, or the Ray cluster at `ray` (reached on entry)."""
+    if ray is None:
+        yield lambda chosen, out, config, finished: _run_locally(chosen, out, config, finished, workers)
+        return
+    from ralph.bench.on_ray import ray_session
+
+    with ray_session(ray, workers, progress) as run:
+        yield run
+
+
+def _run_locally(
+    chosen: list[Task], out: Path, config: dict[str, Any], finished: Finished, workers: int
+) -> None:
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(_run_task, task, out, config) for task in chosen]
+        for future in as_completed(futures):
+            finished(future.result())
 
 
 def _naive_ratios(read: list[tuple[dict[str, Any], Run]]) -> dict[str, float]:
@@ -453,6 +574,9 @@ def summarize(results: list[dict[str, Any]], out: Path) -> dict[str, Any]:
         },
         **judgement(read),
         "gate_caught": gate_catches(read),
+        # Tasks run a second time after their worker failed, and tasks whose project could not be shipped.
+        "retried": sorted(r["task"] for r in results if r.get("retried")),
+        "unshipped": sorted(r["task"] for r in results if r.get("unshipped")),
         "gate_verdicts": gate_verdicts(traces),
         "results": sorted(results, key=lambda r: r["task"]),
         "traces": str(out / "traces"),
