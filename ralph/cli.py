@@ -910,11 +910,15 @@ class _Command(_NoHelpMetavar, TyperCommand):
 
 
 def _optional_values(args: list[str]) -> list[str]:
-    """`--ray` last, or before another option, is `--ray local`."""
+    """`--ray` last, before another option, or before a path that exists (the tasks: no cluster's
+    address is a file here) is `--ray local`."""
     given = []
     for i, arg in enumerate(args):
         given.append(arg)
-        if arg in _OPTIONAL_VALUES and (i + 1 == len(args) or args[i + 1].startswith("-")):
+        following = args[i + 1] if i + 1 < len(args) else None
+        if arg in _OPTIONAL_VALUES and (
+            following is None or following.startswith("-") or os.path.exists(following)
+        ):
             given.append(_OPTIONAL_VALUES[arg])
     return given
 

@@ -97,6 +97,8 @@ def test_ray_alone_is_a_cluster_started_here():
     assert _optional_values(["t.jsonl", "--ray"]) == ["t.jsonl", "--ray", "local"]
     assert _optional_values(["t.jsonl", "--ray", "--out", "o"]) == ["t.jsonl", "--ray", "local", "--out", "o"]
     assert _optional_values(["t.jsonl", "--ray", "10.0.0.1:6379"]) == ["t.jsonl", "--ray", "10.0.0.1:6379"]
+    here = str(Path(__file__))  # the tasks right after `--ray`: no address, the tasks
+    assert _optional_values(["--ray", here, "--limit", "1"]) == ["--ray", "local", here, "--limit", "1"]
 
 
 def test_a_list_file_names_projects_and_what_is_asked_of_each(tmp_path):
