@@ -193,3 +193,21 @@ def test_the_summary_lists_only_the_changes_that_reached_the_branch(tmp_path):
     assert "- the real fix (fast)" in summary and "breaks another test" not in summary
     assert "+2" in summary and "+1\n" not in summary
     assert "| 2 | 1 → 0 | 0.0 s | $0.0000 |" in summary
+
+
+def test_the_action_uploads_the_traces_from_the_top_of_the_repository(tmp_path):
+    """A project in a subfolder: its runs are written at the repository's top, where the upload looks."""
+    import yaml
+
+    action = yaml.safe_load((Path(__file__).parent.parent / "action.yml").read_text())
+    steps = {step.get("name"): step for step in action["runs"]["steps"]}
+    assert steps["Upload the trace"]["with"]["path"] == "${{ steps.traces.outputs.runs }}"
+    repo = tmp_path / "repo"
+    (repo / "services" / "api").mkdir(parents=True)
+    git(repo, "init", "-q")
+    out = tmp_path / "github_output"
+    script = steps["Find the traces"]["run"].replace("${{ inputs.path }}", "services/api")
+    subprocess.run(
+        ["bash", "-c", script], cwd=repo, env={**os.environ, "GITHUB_OUTPUT": str(out)}, check=True
+    )
+    assert out.read_text() == f"runs={repo.resolve()}/.ralph/runs\n"
