@@ -211,6 +211,23 @@ BUGS = {
             "def test_none():\n    assert sum_of_squares([]) == 0\n"
         ),
     },
+    "a_keyword_only_truth_value_default_below_its_def": {
+        "report.py": (
+            "def render(\n"
+            "    rows,\n"
+            "    *,\n"
+            "    header: bool = False,\n"
+            "):\n"
+            '    lines = [", ".join(row) for row in rows]\n'
+            '    return ["name, value", *lines] if header else lines\n'
+        ),
+        "tests/test_report.py": (
+            "from report import render\n\n\n"
+            "def test_a_header_by_default():\n"
+            "    assert render([('a', '1')]) == ['name, value', 'a, 1']\n"
+            "    assert render([('a', '1')], header=False) == ['a, 1']\n"
+        ),
+    },
     "letters_missing_their_capitals": {
         "vowels.py": (
             'def count_vowels(text):\n    vowels = "aeiou"\n    return sum(1 for c in text if c in vowels)\n'
@@ -234,6 +251,7 @@ FIXED_BY = {
     "a_count_between_bounds_one_short": "span_off_by_one",
     "a_square_written_as_a_double": "binop_swap_far",
     "letters_missing_their_capitals": "string_variant",
+    "a_keyword_only_truth_value_default_below_its_def": "default_swap",
 }
 # Where the fix takes that template after a simpler partial one (`== 0` -> `== -1` fixes two of the
 # three failing tests, then `== -1` -> `<= -1`, the same as `< 0` on integers).
