@@ -80,7 +80,7 @@ def test_a_fix_that_catches_everything_forever_is_unfinished_not_correct():
 @pytest.mark.slow
 def test_a_fix_that_hangs_or_does_not_import_is_not_correct():
     hangs = ROW["prompt"] + "    while True:\n        pass\n"
-    assert judge(hangs, HIDDEN, sys.executable, "bwrap")["hidden"] == "timeout"
+    assert judge(hangs, HIDDEN, sys.executable, "bwrap", hidden_s=1.0)["hidden"] == "timeout"
     broken = judge("raise SystemExit(0)\n", HIDDEN, sys.executable, "bwrap")
     assert broken["hidden"].startswith("the fix does not import") and not broken["correct"]
 

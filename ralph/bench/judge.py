@@ -141,7 +141,7 @@ if state != "ok":
     verdict["hidden"] = "the fix does not import: " + str(fixed)
     say(verdict); sys.exit(0)
 test = dict(fixed)
-state, why = within(20, lambda: exec(compile(open("hidden_test.py").read(), "hidden_test.py", "exec"), test))
+state, why = within(HIDDEN_S, lambda: exec(compile(open("hidden_test.py").read(), "hidden_test.py", "exec"), test))
 verdict["hidden"] = "pass" if state == "ok" else ("timeout" if state == "timeout" else "fail: " + str(why))
 say(verdict)
 if len(sys.argv) > 2:
@@ -164,13 +164,18 @@ say(verdict)
 
 
 def judge(
-    solution: str, hidden: Hidden, python: str, sandbox_name: str, limit_s: float = 120.0
+    solution: str,
+    hidden: Hidden,
+    python: str,
+    sandbox_name: str,
+    limit_s: float = 120.0,
+    hidden_s: float = 20.0,
 ) -> dict[str, Any]:
     """The fix `solution` (the whole module) judged in the sandbox: `hidden` (the full test: "pass",
     "fail: why", "timeout"), `differs` and `differs_near` (the tests' inputs, and their neighbours,
     whose output is not the canonical one's), `compared`, and `correct` (passes the full test and
     differs nowhere), `unfinished` when the judge did not get through (it outlived `limit_s`: not
-    correct). The judge trusts the fix not to attack it (it runs in the judge's process, sandboxed
+    correct); the full test gets `hidden_s` (then "timeout"). The judge trusts the fix not to attack it (it runs in the judge's process, sandboxed
     from the machine, not from the verdict): a measurement, not a verification."""
     from ralph.domain.errors import RalphError
     from ralph.sandboxes import select_sandbox
@@ -179,7 +184,7 @@ def judge(
         folder = Path(tmp)
         (folder / "fixed.py").write_text(solution, encoding="utf-8")
         (folder / "hidden_test.py").write_text(hidden.test, encoding="utf-8")
-        argv = [python, "-c", _SCRIPT, hidden.entry]
+        argv = [python, "-c", _SCRIPT.replace("HIDDEN_S", repr(float(hidden_s))), hidden.entry]
         if hidden.canonical is not None:
             (folder / "canonical.py").write_text(hidden.prompt + hidden.canonical, encoding="utf-8")
             lines = [f"{'N' if near else 'T'} {args!r}" for args, near in inputs(hidden.test, hidden.entry)]
