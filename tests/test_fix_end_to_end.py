@@ -185,7 +185,7 @@ def test_a_bug_that_makes_the_baseline_loop_forever_is_fixed_in_seconds(make_rep
         "countdown.py": "def steps(n):\n    count = 0\n    while n > 0:\n        n += 1\n        count += 1\n    return count\n",
         "tests/test_countdown.py": "from countdown import steps\n\n\ndef test_steps():\n    assert steps(3) == 3\n",
     }
-    outcome = run_fix(make_repo(files), test_timeout_s=2.0, max_iterations=6)
+    outcome = run_fix(make_repo(files), test_timeout_s=1.0, max_iterations=6)
     assert outcome.result.outcome == "goal"
     assert outcome.result.wall_s < 60
 
