@@ -601,10 +601,7 @@ def bench_gate_command(
     """The gate's wall time in one process and across pytest-xdist workers: medians and speedups."""
     from ralph.bench.gate import bench_gate
 
-    try:
-        counts = [int(w) for w in workers.split(",")]
-    except ValueError:
-        raise RalphError(f"--workers {workers}: worker counts such as 0,1,2") from None
+    counts = _numbers(workers, f"--workers {workers}: worker counts such as 0,1,2")
     console = _Output(stderr=True, soft_wrap=True)
     result = bench_gate(
         repo,
@@ -676,10 +673,7 @@ def bench_drafter_command(
     if api_base is not None:
         models[drafter] = {**models.get(drafter, {}), "api_base": api_base}
     sampler = {**config.sampler, **({"device": device} if device else {})}
-    try:
-        levels = [int(c) for c in concurrency.split(",")]
-    except ValueError:
-        raise RalphError(f"--concurrency {concurrency}: give numbers, e.g. 1,2,4") from None
+    levels = _numbers(concurrency, f"--concurrency {concurrency}: give numbers, e.g. 1,2,4")
     console = _Output(stderr=True, soft_wrap=True)
     summary = bench_drafts(
         drafter, models=models, sampler=sampler, tasks=TASKS[:tasks] if tasks is not None else TASKS,
@@ -898,6 +892,14 @@ class _NoHelpMetavar:
         if option is not None:
             option.metavar = ""
         return option
+
+
+def _numbers(text: str, error: str) -> list[int]:
+    """A comma-separated list of whole numbers (`1,2,4`); bad input otherwise, with `error`."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise RalphError(error) from None
 
 
 # Options whose value may be left off (click has no such option): alone, they take this value.
