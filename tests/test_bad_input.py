@@ -153,3 +153,11 @@ def test_a_test_file_only_our_python_cannot_parse_is_not_called_unparsable(tmp_p
     newer.write_text("#!/bin/sh\nexit 0\n")
     newer.chmod(newer.stat().st_mode | stat.S_IEXEC)
     assert unparsable_tests(result, ["tests/*"], tmp_path, python=str(newer)) is None
+
+
+def test_a_list_of_counts_that_is_not_numbers(make_repo):
+    repo = make_repo({"tests/test_ok.py": "def test_ok():\n    pass\n"})
+    gate = run_ralph("bench", "gate", str(repo), "--workers", "0,two")
+    assert_one_line_error(gate, "--workers 0,two: worker counts such as 0,1,2")
+    drafts = run_ralph("bench", "drafter", "--drafter", "openai/x", "--concurrency", "1,,4")
+    assert_one_line_error(drafts, "--concurrency 1,,4: give numbers, e.g. 1,2,4")
