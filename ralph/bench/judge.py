@@ -175,8 +175,9 @@ def judge(
     "fail: why", "timeout"), `differs` and `differs_near` (the tests' inputs, and their neighbours,
     whose output is not the canonical one's), `compared`, and `correct` (passes the full test and
     differs nowhere), `unfinished` when the judge did not get through (it outlived `limit_s`: not
-    correct); the full test gets `hidden_s` (then "timeout"). The judge trusts the fix not to attack it (it runs in the judge's process, sandboxed
-    from the machine, not from the verdict): a measurement, not a verification."""
+    correct); the full test gets `hidden_s` (then "timeout"). The judge trusts the fix not to attack
+    it (it runs in the judge's process, sandboxed from the machine, not from the verdict): a
+    measurement, not a verification."""
     from ralph.domain.errors import RalphError
     from ralph.sandboxes import select_sandbox
 

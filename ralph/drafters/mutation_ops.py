@@ -7,8 +7,8 @@ text span of the affected token or node, located through `ast` positions, so the
 file -- comments, formatting and all other lines -- is preserved byte for byte.  One template
 makes the same edit at every site of a shape the module repeats (`everywhere`: `% 25` -> `% 26` in
 both of a pair of functions), as one mutant; another makes one change twice in a function (`n < 1`
-and `range(1, n)` both meant 2, `'yes'`/`'no'` both meant capitalised: a `twin`).  Every mutant parses, differs from the original, and
-no two mutants share the same text.
+and `range(1, n)` both meant 2, `'yes'`/`'no'` both meant capitalised: a `twin`).  Every mutant
+parses, differs from the original, and no two mutants share the same text.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ def generate_mutants(source: str, lines: Sequence[int], expected: Sequence[str] 
 # where `""` was meant; `'yes'`/`'no'` meant capitalised; two statements too many, one after the
 # other): two single edits of the same kind as one mutant, at most so many a call.
 MAX_TWINS = 24
+MAX_TWIN_GROUP = 6  # edits of one kind in one function paired, at most
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
-MAX_TWIN_GROUP = 6
 _TWIN_KINDS = (
     "const_off_by_one",
     "string_variant",
@@ -139,8 +139,8 @@ _STRING_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
 
 def _twins(source: str, tree: ast.Module, mutants: list[Mutant], seen: set[int]) -> list[Mutant]:
     """Pairs of `mutants` that make the same change (one number made the same other one, a string
-    changed the same way, adjacent statements deleted) at two places of one function, as one mutant each:
-    the best ranked pairs first (`mutants` is in rank order)."""
+    changed the same way, adjacent statements deleted) at two places of one function, as one mutant
+    each: the very same edit twice first, then the best ranked pairs (`mutants` is in rank order)."""
     functions = sorted(
         ((node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree) if isinstance(node, _DEFS)),
         key=lambda span: span[1] - span[0],
@@ -200,9 +200,9 @@ def _twin_kind(mutant: Mutant) -> tuple[object, ...] | None:
     """What a single edit changes, for finding the same change elsewhere (None: not twinned)."""
     if mutant.operator not in _TWIN_KINDS:
         return None
-    old = mutant.original[mutant.span[0] : mutant.span[1]]
     if mutant.operator == "delete_statement":
         return ("delete",)
+    old = mutant.original[mutant.span[0] : mutant.span[1]]
     if mutant.operator in ("string_variant", "expected_string"):
         try:
             before, after = ast.literal_eval(old.strip()), ast.literal_eval(mutant.text.strip())
