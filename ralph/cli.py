@@ -806,6 +806,7 @@ def bench_fix_command(
         )
     _print_bench_fix(summary, tasks, as_json=as_json)
     _refuse_unshipped(summary, out)
+    _exit_for_lost(summary, out)
 
 
 def _refuse_unshipped(summary: dict[str, Any], out: Path) -> None:
@@ -818,6 +819,22 @@ def _refuse_unshipped(summary: dict[str, Any], out: Path) -> None:
             f"{len(summary['unshipped'])} of {summary['tasks']} tasks could not be shipped ({first['error']}"
             f"{more}); the others' results are in {out / 'summary.json'}"
         )
+
+
+def _exit_for_lost(summary: dict[str, Any], out: Path) -> None:
+    """Tasks whose worker failed twice have no result of their own: the bench is incomplete, exit 1
+    with one line, said after the other tasks' results are written and shown."""
+    lost = [r for r in summary["results"] if r["outcome"] == "error" and r.get("retried")]
+    if lost:
+        why = lost[0]["error"].removeprefix("failed twice on Ray: ")
+        more = ", ..." if len(lost) > 1 else ""
+        err.print(
+            f"{len(lost)} of {summary['tasks']} tasks failed twice on Ray ({lost[0]['task']}: {why}{more}); "
+            f"the others' results are in {out / 'summary.json'}",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(1)
 
 
 def _print_bench_fix(summary: dict[str, Any], tasks: Path, *, as_json: bool) -> None:
