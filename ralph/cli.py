@@ -805,6 +805,11 @@ def bench_fix_command(
             ray=ray,
         )
     _print_bench_fix(summary, tasks, as_json=as_json)
+    _incomplete(summary, out)
+
+
+def _incomplete(summary: dict[str, Any], out: Path) -> None:
+    """A bench that lacks some tasks' results ends with one line: exit 2 for the unshipped, 1 for the lost."""
     _refuse_unshipped(summary, out)
     _exit_for_lost(summary, out)
 
