@@ -152,6 +152,52 @@ def test_ctrl_c_records_interrupted_exits_130_and_says_how_to_resume(make_repo, 
     assert len(starts) == 2 and starts[0]["run_id"] == starts[1]["run_id"]
 
 
+# A test that keeps deleting and rewriting project files while it runs (as a test's fixtures may).
+CHURNING = {
+    "calc.py": "def magic(x):\n    return x * 3 + 1\n",
+    "data.txt": "x",
+    "more.txt": "x",
+    "tests/test_calc.py": (
+        "import os\nimport time\n\nfrom calc import magic\n\n\n"
+        "def test_magic():\n"
+        "    end = time.monotonic() + 1.5\n"
+        "    while time.monotonic() < end:\n"
+        "        for name in ('data.txt', 'more.txt'):\n"
+        "            if os.path.exists(name):\n"
+        "                os.remove(name)\n"
+        "            with open(name, 'w') as f:\n"
+        "                f.write('x')\n"
+        "    assert magic(2) == 1234\n"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_candidates_tests_write_kills_them_before_the_workspace_is_put_back(make_repo):
+    """Ctrl-C lands while a candidate's tests run: the workspace is put back only once they are gone.
+    Restoring beside a test still writing there failed on a file it had just rewritten or removed
+    (FileExistsError, FileNotFoundError: an internal error instead of exit 130)."""
+    repo = make_repo(CHURNING)
+    status = git(repo, "status", "--porcelain")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ralph", "fix", str(repo), "--candidates", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    runs, deadline = repo / ".ralph" / "runs", time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+        r["type"] == "run_start" for t in runs.glob("*/trace.jsonl") for r in read_trace(t)
+    ):
+        time.sleep(0.02)
+    time.sleep(0.8)  # the baseline is over: the first candidate's 1.5 s test is running
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+    assert git(repo, "status", "--porcelain") == status
+
+
 TWO_BUGS = {
     "calc.py": "def double(x):\n    return x * 3\n\n\ndef inc(x):\n    return x - 1\n",
     "tests/test_calc.py": (

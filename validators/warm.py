@@ -113,7 +113,13 @@ class WarmRunner:
         with ScratchDir(self.toolchain.scratch, "ralph-warm-") as tmp:
             request = self._request(args, tests, env, timeout_s, spare, Path(tmp.path) / "output")
             start = time.monotonic()
-            line = _exchange(proc, request, timeout_s + 30, secret)
+            try:
+                line = _exchange(proc, request, timeout_s + 30, secret)
+            except BaseException:
+                # Ctrl-C while the tests run: they are killed, their whole sandbox gone, before the
+                # caller puts the workspace back (a test still writing there raced the restore).
+                self._drop(proc)
+                raise
             if not line:  # the worker itself died or hung: start afresh next time
                 self._drop(proc)
                 return ProcessResult(
