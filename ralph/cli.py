@@ -647,6 +647,13 @@ def bench_drafter_command(
         Path | None,
         typer.Option("--config", help='A ralph.toml: [models."NAME"] and [sampler] for --drafter.'),
     ] = None,
+    setting: Annotated[
+        list[str] | None,
+        typer.Option("--setting", help="With --model: only this sampler setting (repeat for more)."),
+    ] = None,
+    answer_tokens: Annotated[
+        int, typer.Option(help="With --model: the tokens each prompt's answer is decoded to.")
+    ] = 64,
     concurrency: Annotated[str, typer.Option(help="Requests at once, comma-separated.")] = "1,2,4",
     tasks: Annotated[int | None, typer.Option(help="Only the first N tasks (of 5).")] = None,
     device: Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when present).")] = None,
@@ -661,8 +668,10 @@ def bench_drafter_command(
     if (drafter is None) == (model is None):
         raise RalphError("bench drafter: give --drafter SPEC (a drafter) or --model MODEL (sampler settings)")
     if model is not None:
-        _bench_sampler_settings(model, device, as_json=as_json)
+        _bench_sampler_settings(model, device, setting, answer_tokens, as_json=as_json)
         return
+    if setting or answer_tokens != 64:
+        raise RalphError("bench drafter: --setting and --answer-tokens go with --model")
     assert drafter is not None
     from ralph.bench.bug_tasks import TASKS
     from ralph.bench.drafter import bench_drafts
@@ -700,11 +709,13 @@ def _print_drafts(summary: dict[str, object], *, as_json: bool, markdown: bool) 
         _stdout().print(table)
 
 
-def _bench_sampler_settings(model: str, device: str | None, *, as_json: bool) -> None:
+def _bench_sampler_settings(
+    model: str, device: str | None, settings: list[str] | None, answer_tokens: int, *, as_json: bool
+) -> None:
     """NFE per token and tokens/s for each sampler setting on one prompt set."""
     from ralph.bench.drafter import bench_drafter
 
-    rows = bench_drafter(model, device=device)
+    rows = bench_drafter(model, settings=settings, device=device, answer_tokens=answer_tokens)
     if as_json:
         _out(json.dumps(rows))
         return

@@ -382,10 +382,40 @@ def test_out_of_range_options_are_rejected_before_loading_anything() -> None:
 
 @pytest.mark.slow
 def test_bench_drafter_command_prints_one_entry_per_setting(bert_dir: Path) -> None:
+    from ralph.bench.drafter import BENCH_SETTINGS
     from tests.conftest import run_ralph
 
-    proc = run_ralph("bench", "drafter", "--model", str(bert_dir), "--device", "cpu", "--json", timeout=300)
+    argv = ("bench", "drafter", "--model", str(bert_dir), "--device", "cpu", "--answer-tokens", "8")
+    proc = run_ralph(*argv, "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
-    assert len(rows) >= 3
+    assert [row["setting"] for row in rows] == list(BENCH_SETTINGS)
     assert all({"setting", "nfe", "tokens", "tokens_per_nfe", "tokens_per_s"} <= row.keys() for row in rows)
+    assert all(row["tokens"] <= 8 * row["prompts"] for row in rows)  # the answers' length was asked for
+    chosen = run_ralph(*argv, "--setting", "margin", "--setting", "low-confidence-x4", "--json", timeout=300)
+    assert chosen.returncode == 0, chosen.stderr
+    assert [row["setting"] for row in json.loads(chosen.stdout)] == ["margin", "low-confidence-x4"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            ["--model", "{bert}", "--setting", "fastest"],
+            "unknown sampler setting 'fastest'; known: low-confidence,",
+        ),
+        (
+            ["--model", "{bert}", "--answer-tokens", "0"],
+            "bench drafter needs at least one prompt and a positive",
+        ),
+        (["--drafter", "openai/x", "--setting", "margin"], "--setting and --answer-tokens go with --model"),
+    ],
+)
+def test_bench_drafter_settings_that_cannot_be_run_are_one_line_and_exit_2(
+    bert_dir: Path, flags: list[str], says: str
+) -> None:
+    from tests.conftest import run_ralph
+
+    proc = run_ralph("bench", "drafter", *(f.format(bert=bert_dir) for f in flags), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
