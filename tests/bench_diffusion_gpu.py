@@ -52,44 +52,54 @@ SETTINGS = (
 )
 
 
+# Two layers of each family, for a CPU check of the script.
+TINY_SIZE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+
+
 @dataclass(frozen=True)
 class Shape:
+    """A model family at its published size: its transformers config class and what sets it apart."""
+
     name: str
     preset: Preset
-    config: Callable[[bool], Any]  # tiny -> a transformers config
+    architecture: str  # a transformers config class
+    size: dict[str, int]  # hidden and intermediate sizes, layers, attention heads
+    vocab_size: int
+    key_value_heads: int
+    rope_theta: float
+    rms_norm_eps: float
+    max_positions: int
+
+    def config(self, tiny: bool) -> Any:
+        """The transformers config, full size or `tiny`."""
+        return getattr(transformers, self.architecture)(
+            vocab_size=512 if tiny else self.vocab_size,
+            num_key_value_heads=min(self.key_value_heads, 2) if tiny else self.key_value_heads,
+            max_position_embeddings=self.max_positions,
+            rope_theta=self.rope_theta,
+            rms_norm_eps=self.rms_norm_eps,
+            tie_word_embeddings=False,
+            **(TINY_SIZE if tiny else self.size),
+        )
 
 
-def _llada(tiny: bool) -> Any:
-    size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
-    full = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=32)
-    return transformers.LlamaConfig(
-        vocab_size=512 if tiny else 126464,
-        num_key_value_heads=4 if tiny else 32,
-        max_position_embeddings=4096,
-        rope_theta=500000.0,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-        **(size if tiny else full),
-    )
-
-
-def _dream(tiny: bool) -> Any:
-    size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
-    full = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28)
-    return transformers.Qwen2Config(
-        vocab_size=512 if tiny else 152064,
-        num_key_value_heads=2 if tiny else 4,
-        max_position_embeddings=32768,
-        rope_theta=1000000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        **(size if tiny else full),
-    )
-
-
+LLADA_8B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=32)
+QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28)
 SHAPES = {
-    "llada-8b": Shape("llada-8b", PRESETS["GSAI-ML/LLaDA-8B-Instruct"], _llada),
-    "dream-7b": Shape("dream-7b", PRESETS["Dream-org/Dream-v0-Instruct-7B"], _dream),
+    "llada-8b": Shape(
+        "llada-8b", PRESETS["GSAI-ML/LLaDA-8B-Instruct"], "LlamaConfig", LLADA_8B, 126464, 32, 5e5, 1e-5, 4096
+    ),
+    "dream-7b": Shape(
+        "dream-7b",
+        PRESETS["Dream-org/Dream-v0-Instruct-7B"],
+        "Qwen2Config",
+        QWEN25_7B,
+        152064,
+        4,
+        1e6,
+        1e-6,
+        32768,
+    ),
 }
 
 
