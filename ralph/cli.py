@@ -651,9 +651,7 @@ def bench_drafter_command(
         list[str] | None,
         typer.Option("--setting", help="With --model: only this sampler setting (repeat for more)."),
     ] = None,
-    answer_tokens: Annotated[
-        int, typer.Option(help="With --model: the tokens each prompt's answer is decoded to.")
-    ] = 64,
+    answer_tokens: Annotated[int, typer.Option(help="With --model: each answer's length in tokens.")] = 64,
     concurrency: Annotated[str, typer.Option(help="Requests at once, comma-separated.")] = "1,2,4",
     tasks: Annotated[int | None, typer.Option(help="Only the first N tasks (of 5).")] = None,
     device: Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when present).")] = None,
@@ -837,12 +835,15 @@ def _refuse_unshipped(summary: dict[str, Any], out: Path) -> None:
         )
 
 
+_TWICE = "failed twice on Ray: "  # (ralph.bench.on_ray: the error of a task whose worker died twice)
+
+
 def _exit_for_lost(summary: dict[str, Any], out: Path) -> None:
     """Tasks whose worker failed twice have no result of their own: the bench is incomplete, exit 1
     with one line, said after the other tasks' results are written and shown."""
-    lost = [r for r in summary["results"] if r["outcome"] == "error" and r.get("retried")]
+    lost = [r for r in summary["results"] if r["outcome"] == "error" and r["error"].startswith(_TWICE)]
     if lost:
-        why = lost[0]["error"].removeprefix("failed twice on Ray: ")
+        why = lost[0]["error"].removeprefix(_TWICE)
         more = ", ..." if len(lost) > 1 else ""
         err.print(
             f"{len(lost)} of {summary['tasks']} tasks failed twice on Ray ({lost[0]['task']}: {why}{more}); "
