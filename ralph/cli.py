@@ -835,15 +835,14 @@ def _refuse_unshipped(summary: dict[str, Any], out: Path) -> None:
         )
 
 
-_TWICE = "failed twice on Ray: "  # (ralph.bench.on_ray: the error of a task whose worker died twice)
-
-
 def _exit_for_lost(summary: dict[str, Any], out: Path) -> None:
     """Tasks whose worker failed twice have no result of their own: the bench is incomplete, exit 1
     with one line, said after the other tasks' results are written and shown."""
-    lost = [r for r in summary["results"] if r["outcome"] == "error" and r["error"].startswith(_TWICE)]
+    from ralph.bench.on_ray import FAILED_TWICE
+
+    lost = [r for r in summary["results"] if r["outcome"] == "error" and r["error"].startswith(FAILED_TWICE)]
     if lost:
-        why = lost[0]["error"].removeprefix(_TWICE)
+        why = lost[0]["error"].removeprefix(FAILED_TWICE)
         more = ", ..." if len(lost) > 1 else ""
         err.print(
             f"{len(lost)} of {summary['tasks']} tasks failed twice on Ray ({lost[0]['task']}: {why}{more}); "

@@ -22,6 +22,8 @@ from ralph.bench.fix import Finished, Runner, Task, _run_task, failed, shipped
 from ralph.bench.shipping import Unshippable, pack, unpack
 from ralph.domain.errors import RalphError
 
+FAILED_TWICE = "failed twice on Ray: "  # the error of a task whose worker failed twice: it has no result
+
 MISSING = "--ray needs Ray: pip install 'ralph-loop[ray]'"
 # How long a cluster's address may take to answer a connection before it is called unreachable.
 REACH_S = 5.0
@@ -180,7 +182,7 @@ def _run_all(
                 progress(f"{name}: {why}; running it once more")
                 submit(name, task, why)
                 continue
-            finished(failed(name, out, f"failed twice on Ray: {why}", retried=first_failure))
+            finished(failed(name, out, f"{FAILED_TWICE}{why}", retried=first_failure))
         else:
             finished(landed(returned, out) | ({"retried": first_failure} if first_failure else {}))
         top_up()
