@@ -307,6 +307,26 @@ def test_the_prefix_cache_reproduces_full_passes(causal_dir: Path, bert_drafter:
     assert bert_drafter.lm.prefill(ids, None, 8)[1] is None  # BERT has no cache: full passes
 
 
+def test_a_full_pass_asks_the_model_for_no_cache(causal_dir: Path, bert_drafter: DiffusionDrafter) -> None:
+    lm = create_diffusion_drafter(f"diffusion:{causal_dir}", mask_id=4, shift=True).lm
+    seen: list[dict[str, Any]] = []
+    hook = lm.model.register_forward_hook(
+        lambda _m, _a, kw, out: seen.append({**kw, "out": out}), with_kwargs=True
+    )
+    try:
+        ids = torch.randint(5, 100, (1, 12), generator=torch.Generator().manual_seed(0))
+        lm(ids)
+        lm.prefill(ids, None, 4)
+    finally:
+        hook.remove()
+    full, cached = seen
+    assert (
+        full["use_cache"] is False and full["out"].past_key_values is None
+    )  # nothing built to be thrown away
+    assert cached["use_cache"] is True and cached["out"].past_key_values is not None
+    bert_drafter.lm(ids)  # a forward with no use_cache parameter is called without one
+
+
 def test_bench_reports_every_setting(bert_dir: Path) -> None:
     rows = bench_drafter(
         str(bert_dir), settings=["low-confidence", "threshold-0.7"], prompts=["def f():"], answer_tokens=8

@@ -248,6 +248,11 @@ class DiffusionLM(TextCodec):
         if vocab is not None and not 0 <= mask_id < vocab:
             raise RalphError(f"{name}: mask id {mask_id} is outside the model's {vocab}-token vocabulary")
         self._cache_kwarg = _cache_kwarg(model)
+        # A full pass asks for no cache where the forward can be told: transformers' decoders build
+        # one by default, keys and values of every layer that the pass then throws away.
+        self._no_cache: dict[str, bool] = (
+            {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+        )
         vocabulary = tokenizer.get_vocab()
         named = [vocabulary.get(token) for token in preset.stop_tokens]
         self.stop_ids: list[int] = _unique([*named, tokenizer.eos_token_id, *self.end])
@@ -272,7 +277,7 @@ class DiffusionLM(TextCodec):
         import torch
 
         with torch.no_grad():
-            return self.model(input_ids, **_mask_kwargs(attention_mask)).logits
+            return self.model(input_ids, **self._no_cache, **_mask_kwargs(attention_mask)).logits
 
     def prefill(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, keep: int
