@@ -651,7 +651,9 @@ def bench_drafter_command(
         list[str] | None,
         typer.Option("--setting", help="With --model: only this sampler setting (repeat for more)."),
     ] = None,
-    answer_tokens: Annotated[int, typer.Option(help="With --model: each answer's length in tokens.")] = 64,
+    answer_tokens: Annotated[
+        int | None, typer.Option(help="With --model: each answer's length in tokens (default 64).")
+    ] = None,
     concurrency: Annotated[str, typer.Option(help="Requests at once, comma-separated.")] = "1,2,4",
     tasks: Annotated[int | None, typer.Option(help="Only the first N tasks (of 5).")] = None,
     device: Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when present).")] = None,
@@ -666,9 +668,11 @@ def bench_drafter_command(
     if (drafter is None) == (model is None):
         raise RalphError("bench drafter: give --drafter SPEC (a drafter) or --model MODEL (sampler settings)")
     if model is not None:
-        _bench_sampler_settings(model, device, setting, answer_tokens, as_json=as_json)
+        _bench_sampler_settings(
+            model, device, setting, 64 if answer_tokens is None else answer_tokens, as_json=as_json
+        )
         return
-    if setting or answer_tokens != 64:
+    if setting or answer_tokens is not None:
         raise RalphError("bench drafter: --setting and --answer-tokens go with --model")
     assert drafter is not None
     from ralph.bench.bug_tasks import TASKS

@@ -429,6 +429,7 @@ def test_bench_drafter_command_prints_one_entry_per_setting(bert_dir: Path) -> N
             "bench drafter needs at least one prompt and a positive",
         ),
         (["--drafter", "openai/x", "--setting", "margin"], "--setting and --answer-tokens go with --model"),
+        (["--drafter", "openai/x", "--answer-tokens", "64"], "--setting and --answer-tokens go with --model"),
     ],
 )
 def test_bench_drafter_settings_that_cannot_be_run_are_one_line_and_exit_2(
