@@ -34,6 +34,7 @@ from ralph.drafters.diffusion import (
     create_diffusion_drafter,
     split_span,
 )
+from ralph.drafters.sampler import SamplerSettings, decode
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef double(x):\n    return x * 2\n"
@@ -324,7 +325,28 @@ def test_a_full_pass_asks_the_model_for_no_cache(causal_dir: Path, bert_drafter:
         full["use_cache"] is False and full["out"].past_key_values is None
     )  # nothing built to be thrown away
     assert cached["use_cache"] is True and cached["out"].past_key_values is not None
-    bert_drafter.lm(ids)  # a forward with no use_cache parameter is called without one
+    assert bert_drafter.lm._no_cache == {}  # BERT's forward has no use_cache parameter: none is passed
+    bert_drafter.lm(ids)
+
+
+def test_a_model_that_refuses_a_cache_runs_full_passes(causal_dir: Path) -> None:
+    """LLaDA's remote code takes `use_cache` and `past_key_values`, and asserts `not use_cache`."""
+    lm = create_diffusion_drafter(f"diffusion:{causal_dir}", mask_id=4, shift=True).lm
+    forward = lm.model.forward
+
+    def refusing(*args: Any, use_cache: bool | None = None, past_key_values: Any = None, **kw: Any) -> Any:
+        assert past_key_values is None and not use_cache, "The kvcache is not supported for MDM."
+        return forward(*args, use_cache=use_cache, **kw)
+
+    lm.model.forward = refusing
+    ids = torch.randint(5, 100, (1, 12), generator=torch.Generator().manual_seed(0))
+    logits, tail = lm.prefill(ids, None, 4)
+    assert tail is None and torch.allclose(logits, lm(ids), atol=1e-5)
+    assert lm.prefill(ids, None, 4)[1] is None  # not asked again
+    masked = torch.cat([ids[:, :6], torch.full((1, 6), lm.mask_id)], dim=1)
+    settings = SamplerSettings("cached", threshold=0.9, prefix_cache=True, block_length=3)
+    done = decode(masked, lm, mask_id=lm.mask_id, settings=settings, shift=True)
+    assert not (done.ids == lm.mask_id).any() and not done.stats.prefix_cache
 
 
 def test_bench_reports_every_setting(bert_dir: Path) -> None:

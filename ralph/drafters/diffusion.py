@@ -226,8 +226,9 @@ class DiffusionLM(TextCodec):
     `past_key_values`) and returns one that can be cropped; otherwise `prefill` returns no tail
     function and the sampler runs full passes. That is checked on the model's actual output, not
     assumed: it holds for native transformers decoders (tested: cached passes reproduce full ones);
-    LLaDA's remote code returns its own key/value tuples, so it runs without; whether Dream's remote
-    code returns a usable cache under a given transformers version could not be checked offline.
+    LLaDA's remote code refuses a cache (its forward asserts `not use_cache`), so it runs without;
+    whether Dream's remote code returns a usable cache under a given transformers version could not
+    be checked offline.
     """
 
     def __init__(
@@ -287,8 +288,14 @@ class DiffusionLM(TextCodec):
 
         if self._cache_kwarg is None or keep == 0:
             return self(input_ids, attention_mask), None
-        with torch.no_grad():
-            out = self.model(input_ids, use_cache=True, **_mask_kwargs(attention_mask))
+        try:
+            with torch.no_grad():
+                out = self.model(input_ids, use_cache=True, **_mask_kwargs(attention_mask))
+        except (AssertionError, NotImplementedError, TypeError, ValueError):
+            # A forward that takes `use_cache` and refuses it: LLaDA's remote code asserts
+            # `not use_cache` ("The kvcache is not supported for MDM"). Full passes from now on.
+            self._cache_kwarg = None
+            return self(input_ids, attention_mask), None
         cache = _output_cache(out)
         if cache is None or not (hasattr(cache, "crop") and hasattr(cache, "get_seq_length")):
             return out.logits, None
