@@ -4,14 +4,17 @@ For each task, every single-edit mutant the offline drafter's templates make of 
 (`generate_mutants` over the function's lines) is run, in the sandbox, against the task's
 `example_test` and its full `test`, compared with `canonical_solution` (the judge's criterion:
 passes the full test and answers as the canonical solution does on the tests' inputs and their
-neighbours), and called on the visible test's inputs and their neighbours (the judge's steps, and
-wider ones: a string shortened, lengthened, reversed or its case swapped, a list's numbers moved).
+neighbours; with shorter limits than the judge's: 1 s for a test, 1 s an input), and called on the
+visible test's inputs and their neighbours (the judge's steps, and wider ones: a string shortened,
+lengthened, reversed or its case swapped, a list's numbers moved), 0.25 s an input.
 
 The mutants a test lets pass are that test's plausible fixes. Printed as a Markdown table, with the
 example test visible and with the full test visible: what is accepted and how much of it is overfit
 when the cheapest plausible mutant is taken; when a fix is refused as soon as another plausible
-fix answers differently on a neighbour (the tests do not pin the function down); and with an oracle
-that takes a correct plausible fix wherever there is one (the floor for any chooser).
+fix answers differently on a neighbour where both answered in time (the tests do not pin the
+function down); and with an oracle that takes a correct plausible fix wherever there is one (the
+floor for any chooser that never refuses). A task whose sandboxed run did not finish is counted
+apart, as lost.
 
     python -m tests.study_rival_fixes ../shared/data/humanevalfix/humanevalpack.jsonl [--limit N]
 """
@@ -93,7 +96,7 @@ for source in task["mutants"]:
     example, full = passes(space, task["example_test"]), passes(space, task["test"])
     correct = full and all(
         want[0] != "ok" or (lambda got: got[0] == "ok" and same(got[1], want[1]))(
-            within(0.25, lambda a=args: space[entry](*copy.deepcopy(a)))
+            within(1, lambda a=args: space[entry](*copy.deepcopy(a)))
         )
         for args, want in judged
     )
@@ -108,9 +111,13 @@ json.dump(out, open("out.json", "w"))
 NEIGHBOURHOODS = ("example_near", "example_wide", "full_near", "full_wide")
 
 
+class Lost(Exception):
+    """A task's sandboxed run ended without its verdict (it outlived its limit, or crashed)."""
+
+
 def wide_steps(value: Any) -> list[Any]:
     """More neighbours than the judge's: strings too (shorter, longer, reversed, case swapped,
-    empty), a number to zero or negated, a list of numbers each moved by one, negated or sorted."""
+    empty), an integer to zero or negated, a list of integers each moved by one, negated or sorted."""
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
@@ -145,7 +152,8 @@ def neighbourhood(test: str, entry: str, wide: bool) -> list[tuple[Any, ...]]:
 
 
 def study_task(row: dict[str, Any], python: str, sandbox: str) -> list[dict[str, Any]] | None:
-    """Every plausible mutant of the task's buggy function, judged (None: the task has no example)."""
+    """Every plausible mutant of the task's buggy function, judged (None: the task has no example);
+    raises Lost when the sandboxed run gave no verdict."""
     source, entry = row["prompt"] + row["buggy_solution"], row["entry_point"]
     found = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == entry]
     if not row.get("example_test") or not found:
@@ -176,7 +184,7 @@ def study_task(row: dict[str, Any], python: str, sandbox: str) -> list[dict[str,
         try:
             judged = json.loads((folder / "out.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return []
+            raise Lost(row["task_id"]) from None
     return [
         {**j, "cost": m.cost, "edit": m.description}
         for m, j in zip(mutants, judged, strict=True)
@@ -197,13 +205,21 @@ def outcome(tasks: list[list[dict[str, Any]]], seen: str, refuse_on: str | None)
         pick = min(fixes, key=lambda m: m["cost"])
         if refuse_on == "oracle":
             pick = next((m for m in fixes if m["correct"]), pick)
-        elif refuse_on is not None and len({tuple(m["answers"][refuse_on]) for m in fixes}) > 1:
+        elif refuse_on is not None and any(differ(pick, m, refuse_on) for m in fixes):
             counts["refused"] += 1
             counts["refused_correct"] += pick["correct"]
             continue
         counts["accepted"] += 1
         counts["overfit"] += not pick["correct"]
     return counts
+
+
+def differ(a: dict[str, Any], b: dict[str, Any], neighbourhood: str) -> bool:
+    """Whether two fixes answer differently on an input of `neighbourhood` where both answered in time."""
+    return any(
+        x != y and "timeout:" not in (x[:8], y[:8])
+        for x, y in zip(a["answers"][neighbourhood], b["answers"][neighbourhood], strict=True)
+    )
 
 
 POLICIES = {
@@ -229,6 +245,13 @@ def table(tasks: list[list[dict[str, Any]]]) -> str:
     return "\n".join(rows)
 
 
+def _or_lost(row: dict[str, Any], sandbox: str) -> list[dict[str, Any]] | str | None:
+    try:
+        return study_task(row, sys.executable, sandbox)
+    except Lost as lost:
+        return str(lost)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", type=Path)
@@ -240,11 +263,12 @@ def main() -> None:
     rows = [json.loads(line) for line in args.tasks.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = rows[: args.limit]
     with ThreadPoolExecutor(args.workers) as pool:
-        judged = list(pool.map(lambda row: study_task(row, sys.executable, args.sandbox), rows))
-    tasks = [t for t in judged if t is not None]
+        judged = list(pool.map(lambda row: _or_lost(row, args.sandbox), rows))
+    tasks = [t for t in judged if isinstance(t, list)]
+    lost = [t for t in judged if isinstance(t, str)]
     if args.out is not None:
         args.out.write_text(json.dumps(dict(zip((r["task_id"] for r in rows), judged, strict=True))))
-    print(f"{len(tasks)} tasks with an example test")
+    print(f"{len(tasks)} tasks with an example test" + (f"; lost: {', '.join(lost)}" if lost else ""))
     print(table(tasks))
 
 

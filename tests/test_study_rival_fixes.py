@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from tests.study_rival_fixes import NEIGHBOURHOODS, outcome, study_task, table, wide_steps
+import pytest
+
+from tests.study_rival_fixes import NEIGHBOURHOODS, Lost, outcome, study_task, table, wide_steps
 
 ROW = {
     "task_id": "Demo/0",
@@ -27,6 +29,8 @@ def test_each_plausible_mutant_is_judged_and_answers_on_the_neighbours():
     assert overfit["answers"]["example_near"] == ["1", "1", "1"]
     assert "line 3: `1` -> `0`" not in judged  # add_one(0) == 0: not plausible, not kept
     assert study_task({**ROW, "example_test": ""}, sys.executable, "bwrap") is None
+    with pytest.raises(Lost, match="Demo/0"):  # no verdict came back: lost, not "no plausible fix"
+        study_task(ROW, "/nonexistent/python", "bwrap")
 
 
 def test_a_fix_with_a_rival_that_answers_otherwise_is_refused_and_the_oracle_is_the_floor():
@@ -42,6 +46,10 @@ def test_a_fix_with_a_rival_that_answers_otherwise_is_refused_and_the_oracle_is_
     assert outcome([split, agreed], "example", "example_near")["refused"] == 1
     assert outcome([split, agreed], "example", "oracle")["overfit"] == 0
     assert outcome([split, agreed], "full", None)["plausible"] == 2  # a correct one passes the full test
+    refused_right = [fix(1, True, ["1"]), fix(2, False, ["2"])]
+    assert outcome([refused_right], "example", "example_near")["refused_correct"] == 1
+    slow = [fix(1, True, ["timeout:None", "2"]), fix(2, True, ["5", "2"])]  # a late answer is no answer
+    assert outcome([slow], "example", "example_near")["refused"] == 0
     rows = table([split, agreed]).splitlines()
     assert rows[2] == "| the cheapest plausible mutant | 2 of 2 | 1 (50.0%) | 0 | 2 of 2 | 0 |"
     assert rows[3].startswith(
