@@ -651,9 +651,7 @@ def bench_drafter_command(
         list[str] | None,
         typer.Option("--setting", help="With --model: only this sampler setting (repeat for more)."),
     ] = None,
-    answer_tokens: Annotated[
-        int | None, typer.Option(help="With --model: each answer's length in tokens (default 64).")
-    ] = None,
+    answer_tokens: Annotated[int | None, typer.Option(help="With --model: answer tokens (64).")] = None,
     concurrency: Annotated[str, typer.Option(help="Requests at once, comma-separated.")] = "1,2,4",
     tasks: Annotated[int | None, typer.Option(help="Only the first N tasks (of 5).")] = None,
     device: Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when present).")] = None,
@@ -668,9 +666,7 @@ def bench_drafter_command(
     if (drafter is None) == (model is None):
         raise RalphError("bench drafter: give --drafter SPEC (a drafter) or --model MODEL (sampler settings)")
     if model is not None:
-        _bench_sampler_settings(
-            model, device, setting, 64 if answer_tokens is None else answer_tokens, as_json=as_json
-        )
+        _bench_sampler_settings(model, device, setting, answer_tokens, as_json=as_json)
         return
     if setting or answer_tokens is not None:
         raise RalphError("bench drafter: --setting and --answer-tokens go with --model")
@@ -712,12 +708,13 @@ def _print_drafts(summary: dict[str, object], *, as_json: bool, markdown: bool) 
 
 
 def _bench_sampler_settings(
-    model: str, device: str | None, settings: list[str] | None, answer_tokens: int, *, as_json: bool
+    model: str, device: str | None, settings: list[str] | None, answer_tokens: int | None, *, as_json: bool
 ) -> None:
     """NFE per token and tokens/s for each sampler setting on one prompt set."""
     from ralph.bench.drafter import bench_drafter
 
-    rows = bench_drafter(model, settings=settings, device=device, answer_tokens=answer_tokens)
+    tokens = 64 if answer_tokens is None else answer_tokens
+    rows = bench_drafter(model, settings=settings, device=device, answer_tokens=tokens)
     if as_json:
         _out(json.dumps(rows))
         return
