@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph.domain.protocols import DraftContext
+from ralph.domain.pyast import parse
 from ralph.sandboxes.workspace import read_beneath
 
 MAX_MESSAGE_CHARS = 1500
@@ -41,7 +42,7 @@ def trim_message(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 def _enclosing_span(source: str, line: int) -> tuple[int, int]:
     """The innermost function (with decorators) around `line`, else a window of lines around it."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         tree = None
     best: tuple[int, int] | None = None

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 import griffe
 
 from ralph.domain.candidate import FileChange, shared_ends
+from ralph.domain.pyast import LOCK, parse
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 
 _BREAKS = {
@@ -205,7 +206,7 @@ def _read_shape(text: str) -> _Shape | None:
     on a line of its own (every line of the signature is above it), `__init__` and what it holds left
     out (griffe reads a class's attributes from the assignments to `self` there)."""
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     lines = text.splitlines()
@@ -257,7 +258,8 @@ def inside_a_body(edited: tuple[int, int], bodies: Spans) -> bool:
 
 def _visit(name: str, path: str, text: str) -> griffe.Module | None:
     try:
-        return griffe.visit(name, Path(path), code=text)
+        with LOCK:  # griffe parses with ast.parse (ralph.domain.pyast says why one at a time)
+            return griffe.visit(name, Path(path), code=text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

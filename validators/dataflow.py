@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ralph.domain.candidate import edited_lines
+from ralph.domain.pyast import parse
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 KINDS = ("result", "raise", "effect")
@@ -64,7 +65,7 @@ class Edit:
     def read(cls, before: str, after: str) -> Edit | None:
         """The edit from `before` to `after`; None where either text does not parse."""
         try:
-            old, new = _functions(ast.parse(before)), _functions(ast.parse(after))
+            old, new = _functions(parse(before)), _functions(parse(after))
         except (SyntaxError, ValueError, RecursionError):
             return None
         return cls(old, new, edited_lines(before, after))

@@ -9,7 +9,6 @@ as it is: formatting the user's own lines is not the fix's business.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import time
 import tomllib
@@ -17,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ralph.domain.candidate import FileChange, shared_ends
+from ralph.domain.pyast import parse
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 from ralph.sandboxes.local import Started
 from ralph.validators.ruff import config_args, ruff_config
@@ -183,7 +183,7 @@ def _changed(a: list[str], b: list[str], side: int) -> list[tuple[int, int]]:
 
 def _parses(text: str) -> bool:
     try:
-        ast.parse(text)
+        parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from ralph.domain.candidate import FileChange, edited_lines, shared_ends
+from ralph.domain.pyast import parse
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms, findings_result
 from ralph.sandboxes.local import Started
 from ralph.validators.dataflow import Edit
@@ -231,7 +232,7 @@ class _Own:
         counts: dict[str, int] = {}
         variadic: set[tuple[str, int]] = set()
         try:
-            tree = ast.parse(self._after)
+            tree = parse(self._after)
         except (SyntaxError, ValueError):
             tree = ast.Module(body=[], type_ignores=[])
         for node in ast.walk(tree):
@@ -246,7 +247,7 @@ class _Own:
 def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
     """The line spans (first, last) of the functions of `after` whose lines the edit changed."""
     try:
-        tree = ast.parse(after)
+        tree = parse(after)
     except (SyntaxError, ValueError):
         return []
     low, high = edited_lines(before, after)

@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 
 from ralph.domain.candidate import POLICY_RULES, PROTECTED_TESTS, FileChange, is_protected, shared_ends
 from ralph.domain.errors import GitError
+from ralph.domain.pyast import parse
 
 # Where pytest's configuration can come from (pyproject.toml: its [tool.pytest...] tables).
 PYTEST_CONFIG_FILES = frozenset(
@@ -839,7 +840,7 @@ def _parse(text: str) -> ast.Module | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return ast.parse(text)
+            return parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

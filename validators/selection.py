@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ralph.domain.candidate import FileChange
+from ralph.domain.pyast import parse
 from ralph.sandboxes.workspace import read_beneath
 
 CoverageMap = dict[str, dict[str, list[int]]]  # test node id -> project-relative path -> lines executed
@@ -113,7 +114,7 @@ def module_name(path: str) -> str | None:
 def imports_of(path: str, source: str) -> set[str]:
     """Every module `source` may import, with their parent packages (which importing runs)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return set()
     own = module_name(path) or ""
@@ -182,7 +183,7 @@ def _definitions(source: str) -> tuple[_Definition, ...]:
     """Every function and class, innermost (shortest) first. Cached: every candidate of one state
     parses the same sources, and a large module's parse is not cheap (docs/measurements.md)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return ()
     found = [

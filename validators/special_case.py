@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ralph.domain.candidate import FileChange
+from ralph.domain.pyast import parse
 from ralph.domain.results import Diagnostic, StageResult, findings_result
 from ralph.validators.dataflow import Edit, Function
 
@@ -93,7 +94,7 @@ def literals(nodes: Iterator[ast.AST]) -> frozenset[Key]:
 def _held(text: str) -> frozenset[Key]:
     """The literals a module's text holds, the trivial ones too (the accepted text of a file is read
     for each candidate that changes it: once)."""
-    return literals(ast.walk(ast.parse(text))) | TRIVIAL
+    return literals(ast.walk(parse(text))) | TRIVIAL
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,7 @@ def _test_function(module: ast.Module, nodeid: str) -> tuple[Function, list[ast.
 @functools.lru_cache(maxsize=32)
 def _module(source: str) -> ast.Module | None:
     try:
-        return ast.parse(source)
+        return parse(source)
     except (SyntaxError, ValueError, RecursionError):
         return None
 

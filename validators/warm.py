@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ralph.domain.candidate import is_protected
+from ralph.domain.pyast import parse
 from ralph.domain.results import ProcessResult
 from ralph.sandboxes.local import ScratchDir, child_env, kill_group, read_capped, read_line
 from ralph.validators.policy import PYTEST_CONFIG_FILES, tool_tables
@@ -440,7 +441,7 @@ def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
     found: dict[str, None] = {}
     for source in project_sources(project, skip=("build", "dist"), limit=limit).values():
         try:
-            tree = ast.parse(source)
+            tree = parse(source)
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ralph.domain.pyast import parse
+
 # Inputs compared at most per task (the tests' calls first, then their neighbours).
 MAX_INPUTS = 120
 
@@ -44,7 +46,7 @@ def inputs(test: str, entry: str) -> list[tuple[tuple[Any, ...], bool]]:
     parameter), then each one's neighbours (marked True); a call with an argument that is no literal
     is left out."""
     try:
-        tree = ast.parse(test)
+        tree = parse(test)
     except SyntaxError:
         return []
     names = {entry} | {

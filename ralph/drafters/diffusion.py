@@ -35,6 +35,7 @@ from ralph.context import Snippet, localize, render
 from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
+from ralph.domain.pyast import parse
 from ralph.drafters.queue import CandidateQueue
 from ralph.edits import changes_from_reply, read_for_edit, search_replace
 from ralph.sandboxes.workspace import read_text_beneath
@@ -702,7 +703,7 @@ def split_span(source: str, span: tuple[int, int]) -> tuple[str, str, str]:
 
 def _function_body(source: str, snippet: Snippet) -> tuple[int, int] | None:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return None
     for node in ast.walk(tree):
@@ -715,7 +716,7 @@ def _function_body(source: str, snippet: Snippet) -> tuple[int, int] | None:
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        parse(source)
     except (SyntaxError, ValueError):
         return False
     return True

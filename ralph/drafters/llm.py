@@ -37,6 +37,7 @@ from ralph.context import localize, render, trim_message
 from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.errors import RalphError
 from ralph.domain.protocols import DraftContext
+from ralph.domain.pyast import parse
 from ralph.edits import (
     FORMATS,
     EditError,
@@ -750,7 +751,7 @@ def _body_start(source: str, start: int, end: int) -> int | None:
     """The first body line after the docstring of the function spanning lines start..end, when that
     body begins on a line of its own (else the whole function is rewritten)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return None
     lines = io.StringIO(source).readlines()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ralph.domain.candidate import Candidate, FileChange, is_protected
 from ralph.domain.protocols import DraftContext
+from ralph.domain.pyast import literal_eval, parse
 from ralph.drafters.mutation_ops import COSTS, Mutant, combine, generate_mutants
 from ralph.drafters.priors import priors as template_priors
 from ralph.drafters.priors import shipped
@@ -224,7 +225,7 @@ def value_hints(context: DraftContext) -> dict[str, float]:
 
 def _value(text: str) -> object:
     try:
-        return ast.literal_eval(text.strip())
+        return literal_eval(text.strip())
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
 
@@ -261,7 +262,7 @@ def _functions(source: str | None) -> tuple[tuple[int, int], ...] | None:
     """The (def line, last line) of every function in `source` (each file parsed once per state:
     `with_def_lines` and `ranked_lines` both ask)."""
     try:
-        tree = ast.parse(source) if source is not None else None
+        tree = parse(source) if source is not None else None
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         tree = None
     if tree is None:

@@ -25,6 +25,8 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from ralph.domain.pyast import literal_eval, parse, parse_expression
+
 __all__ = [
     "COSTS",
     "MAX_MUTANTS_PER_LINE",
@@ -205,7 +207,7 @@ def _twin_kind(mutant: Mutant) -> tuple[object, ...] | None:
     old = mutant.original[mutant.span[0] : mutant.span[1]]
     if mutant.operator in ("string_variant", "expected_string"):
         try:
-            before, after = ast.literal_eval(old.strip()), ast.literal_eval(mutant.text.strip())
+            before, after = literal_eval(old.strip()), literal_eval(mutant.text.strip())
         except (ValueError, SyntaxError):
             return None
         name = next((n for n, change in _STRING_CHANGES if change(before) == after), None)
@@ -726,7 +728,7 @@ def _parse(source: str) -> ast.Module | None:
         # Mutants may trigger SyntaxWarnings (e.g. `x is 1`); they are still valid programs.
         warnings.simplefilter("ignore")
         try:
-            return ast.parse(source)
+            return parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
 
@@ -1791,7 +1793,7 @@ class _Collector:
             for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
             if a.arg in used and a.arg not in _NEVER_SUBSTITUTED
         ]
-        params = [p for p in params if ast.dump(ast.parse(f"not {p}", mode="eval").body) not in guarded][:3]
+        params = [p for p in params if ast.dump(parse_expression(f"not {p}").body) not in guarded][:3]
         values = list(dict.fromkeys([*self._literal_returns(node), *self._module_guards]))[:3] or ["None"]
         start, _ = self.text.span(first)
         line_start = self.text.line_starts[first.lineno - 1]

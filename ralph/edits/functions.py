@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ralph.domain.pyast import parse
 from ralph.edits.errors import EditError
 from ralph.edits.matching import from_lf, join_lines, leading, split_lines, to_lf
 from ralph.edits.paths import missing_file, validate_edit_path
@@ -42,7 +43,7 @@ def function_blocks(text: str) -> list[tuple[str, str]]:
     for match in _CODE_BLOCK_RE.finditer(text):
         source = match.group(1)
         try:
-            body = ast.parse(source).body
+            body = parse(source).body
         except SyntaxError:
             continue
         if len(body) == 1 and isinstance(body[0], ast.FunctionDef | ast.AsyncFunctionDef):
@@ -58,7 +59,7 @@ def parse_function_blocks(text: str, files: Mapping[str, str]) -> list[FunctionR
     for name, source in function_blocks(text):
         for path, content in files.items():
             try:
-                _find_def(ast.parse(content), name, path)
+                _find_def(parse(content), name, path)
             except SyntaxError:
                 continue
             except EditError as err:
@@ -81,7 +82,7 @@ def apply_function_replacement(files: Mapping[str, str], edit: FunctionReplaceme
         raise EditError(f"{missing_file(path, files)}; can't replace `{edit.name}` in it")
     text, crlf = to_lf(files[path])
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except SyntaxError as err:
         raise EditError(
             f"{path} does not parse as Python (line {err.lineno}: {err.msg}), so `{edit.name}` can't be "
@@ -100,7 +101,7 @@ def apply_function_replacement(files: Mapping[str, str], edit: FunctionReplaceme
     replacement = [indent + line if line.strip() else "\n" for line in _new_def_lines(edit)]
     result = join_lines(lines[:start] + replacement + lines[end:])
     try:
-        ast.parse(result)
+        parse(result)
     except SyntaxError as err:
         raise EditError(
             f"replacing `{edit.name}` would leave {path} unparsable (line {err.lineno}: {err.msg}); "
@@ -152,7 +153,7 @@ def _new_def_lines(edit: FunctionReplacement) -> list[str]:
     if lines:
         lines[-1] = lines[-1].removesuffix("\n") + "\n"
     try:
-        module = ast.parse("".join(lines))
+        module = parse("".join(lines))
     except SyntaxError as err:
         raise EditError(
             f"the new source for `{edit.name}` does not parse (line {err.lineno}: {err.msg}); send the "
