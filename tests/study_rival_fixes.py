@@ -185,17 +185,24 @@ def study_task(row: dict[str, Any], python: str, sandbox: str) -> list[dict[str,
             judged = json.loads((folder / "out.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             raise Lost(row["task_id"]) from None
+    calls = {  # the literal calls of the function each test makes (its own inputs, no neighbours)
+        "example": sum(not near for _, near in inputs(row["example_test"], entry)),
+        "full": sum(not near for _, near in inputs(row["test"], entry)),
+    }
     return [
-        {**j, "cost": m.cost, "edit": m.description}
+        {**j, "cost": m.cost, "edit": m.description, "calls": calls}
         for m, j in zip(mutants, judged, strict=True)
         if j is not None and (j["example"] or j["full"])
     ]
 
 
-def outcome(tasks: list[list[dict[str, Any]]], seen: str, refuse_on: str | None) -> dict[str, int]:
+def outcome(
+    tasks: list[list[dict[str, Any]]], seen: str, refuse_on: str | None, weak_below: int | None = None
+) -> dict[str, int]:
     """With the `seen` test visible ("example" or "full"): accepted (the cheapest plausible mutant),
     overfit among them, and the tasks refused because a rival differs on the `refuse_on`
-    neighbourhood (None: never refused; "oracle": a correct plausible mutant wherever there is one)."""
+    neighbourhood (None: never refused; "oracle": a correct plausible mutant wherever there is one),
+    with `weak_below` only where that test calls the function on fewer literal inputs than that."""
     counts = {"plausible": 0, "accepted": 0, "overfit": 0, "refused": 0, "refused_correct": 0}
     for mutants in tasks:
         fixes = [m for m in mutants if m[seen]]
@@ -205,7 +212,11 @@ def outcome(tasks: list[list[dict[str, Any]]], seen: str, refuse_on: str | None)
         pick = min(fixes, key=lambda m: m["cost"])
         if refuse_on == "oracle":
             pick = next((m for m in fixes if m["correct"]), pick)
-        elif refuse_on is not None and any(differ(pick, m, refuse_on) for m in fixes):
+        elif (
+            refuse_on is not None
+            and (weak_below is None or pick["calls"][seen] < weak_below)
+            and any(differ(pick, m, refuse_on) for m in fixes)
+        ):
             counts["refused"] += 1
             counts["refused_correct"] += pick["correct"]
             continue
@@ -222,11 +233,16 @@ def differ(a: dict[str, Any], b: dict[str, Any], neighbourhood: str) -> bool:
     )
 
 
-POLICIES = {
-    "the cheapest plausible mutant": (None, None),
-    "refused where a rival differs on the judge's neighbours": ("example_near", "full_near"),
-    "refused where a rival differs on wider neighbours": ("example_wide", "full_wide"),
-    "an oracle: a correct plausible mutant where there is one": ("oracle", "oracle"),
+POLICIES: dict[str, tuple[str | None, str | None, int | None]] = {
+    "the cheapest plausible mutant": (None, None, None),
+    "refused where a rival differs on the judge's neighbours": ("example_near", "full_near", None),
+    "refused where a rival differs on wider neighbours": ("example_wide", "full_wide", None),
+    "the same, only where the test calls the function on fewer than 5 literal inputs": (
+        "example_wide",
+        "full_wide",
+        5,
+    ),
+    "an oracle: a correct plausible mutant where there is one": ("oracle", "oracle", None),
 }
 
 
@@ -235,8 +251,9 @@ def table(tasks: list[list[dict[str, Any]]]) -> str:
         "| policy | example visible: accepted | overfit (rate) | correct refused | full test visible: accepted | correct refused |",
         "|---|---|---|---|---|---|",
     ]
-    for name, (on_example, on_full) in POLICIES.items():
-        ex, full = outcome(tasks, "example", on_example), outcome(tasks, "full", on_full)
+    for name, (on_example, on_full, weak_below) in POLICIES.items():
+        ex = outcome(tasks, "example", on_example, weak_below)
+        full = outcome(tasks, "full", on_full, weak_below)
         rate = ex["overfit"] / max(1, ex["accepted"])
         rows.append(
             f"| {name} | {ex['accepted']} of {ex['plausible']} | {ex['overfit']} ({rate:.1%}) | "

@@ -27,6 +27,7 @@ def test_each_plausible_mutant_is_judged_and_answers_on_the_neighbours():
     assert overfit["example"] and not overfit["full"] and not overfit["correct"]
     assert right["answers"]["example_near"] == ["1", "0", "2"]  # add_one(0), then -1 and 1
     assert overfit["answers"]["example_near"] == ["1", "1", "1"]
+    assert right["calls"] == {"example": 1, "full": 3}
     assert "line 3: `1` -> `0`" not in judged  # add_one(0) == 0: not plausible, not kept
     assert study_task({**ROW, "example_test": ""}, sys.executable, "bwrap") is None
     with pytest.raises(Lost, match="Demo/0"):  # no verdict came back: lost, not "no plausible fix"
@@ -35,8 +36,15 @@ def test_each_plausible_mutant_is_judged_and_answers_on_the_neighbours():
 
 def test_a_fix_with_a_rival_that_answers_otherwise_is_refused_and_the_oracle_is_the_floor():
     def fix(cost, correct, answers):
-        near = dict.fromkeys(NEIGHBOURHOODS, answers)
-        return {"example": True, "full": correct, "correct": correct, "cost": cost, "answers": near}
+        near, calls = dict.fromkeys(NEIGHBOURHOODS, answers), {"example": 1, "full": 6}
+        return {
+            "example": True,
+            "full": correct,
+            "correct": correct,
+            "cost": cost,
+            "answers": near,
+            "calls": calls,
+        }
 
     split = [fix(1, False, ["1", "1"]), fix(2, True, ["1", "2"])]  # the cheapest is overfit
     agreed = [fix(1, True, ["3"]), fix(5, True, ["3"])]
@@ -50,8 +58,13 @@ def test_a_fix_with_a_rival_that_answers_otherwise_is_refused_and_the_oracle_is_
     assert outcome([refused_right], "example", "example_near")["refused_correct"] == 1
     slow = [fix(1, True, ["timeout:None", "2"]), fix(2, True, ["5", "2"])]  # a late answer is no answer
     assert outcome([slow], "example", "example_near")["refused"] == 0
+    assert outcome([split], "example", "example_wide", weak_below=5)["refused"] == 1  # one call: weak
+    both = [fix(1, True, ["1"]), fix(2, True, ["2"])]  # both pass the full test, which calls 6 times
+    assert outcome([both], "full", "full_wide")["refused"] == 1
+    assert outcome([both], "full", "full_wide", weak_below=5)["refused"] == 0
     rows = table([split, agreed]).splitlines()
     assert rows[2] == "| the cheapest plausible mutant | 2 of 2 | 1 (50.0%) | 0 | 2 of 2 | 0 |"
+    assert len(rows) == 2 + 5 and rows[-1].startswith("| an oracle")
     assert rows[3].startswith(
         "| refused where a rival differs on the judge's neighbours | 1 of 2 | 0 (0.0%) |"
     )
