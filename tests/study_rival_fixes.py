@@ -30,45 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ralph.bench.judge import inputs
+from ralph.bench.judge import SANDBOX_HELPERS, inputs
 from ralph.drafters.mutation_ops import generate_mutants
 from ralph.sandboxes import select_sandbox
 
 # Run in the sandbox, one task: each mutant loaded, run against both tests, judged against the
 # canonical solution and called on the neighbours; writes out.json.
-_WORKER = r"""
-import copy, json, math, signal, sys
-sys.setrecursionlimit(5000)
-class Late(BaseException):
-    pass
-def late(*_):
-    raise Late()
-signal.signal(signal.SIGALRM, late)
-def within(seconds, call):
-    try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            return "ok", call()
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except Late:
-        return "timeout", None
-    except BaseException as exc:
-        return "raise", type(exc).__name__
-def same(a, b):
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, float) or isinstance(b, float):
-        try:
-            return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (a != a and b != b)
-        except TypeError:
-            return False
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    try:
-        return bool(a == b) and type(a) is type(b)
-    except BaseException:
-        return False
+_WORKER = (
+    SANDBOX_HELPERS
+    + r"""
 def answer(space, entry, args):
     state, value = within(0.25, lambda: space[entry](*copy.deepcopy(args)))
     if state != "ok":
@@ -107,6 +77,7 @@ for source in task["mutants"]:
     })
 json.dump(out, open("out.json", "w"))
 """
+)
 
 NEIGHBOURHOODS = ("example_near", "example_wide", "full_near", "full_wide")
 

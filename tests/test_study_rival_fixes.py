@@ -8,13 +8,10 @@ import sys
 import pytest
 
 from tests.study_rival_fixes import NEIGHBOURHOODS, Lost, outcome, study_task, table, wide_steps
+from tests.test_judge import ROW as JUDGED
 
-ROW = {
-    "task_id": "Demo/0",
-    "entry_point": "add_one",
-    "prompt": 'def add_one(x):\n    """x plus one."""\n',
-    "canonical_solution": "    return x + 1\n",
-    "buggy_solution": "    return x - 1\n",
+ROW = {  # test_judge's add_one, with a full test of three calls and an example of one
+    **JUDGED,
     "test": "\n\ndef check(c):\n    assert c(1) == 2\n    assert c(-1) == 0\n    assert c(5) == 6\n\ncheck(add_one)\n",
     "example_test": "def check(add_one):\n    assert add_one(0) == 1\ncheck(add_one)\n",
 }

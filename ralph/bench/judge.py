@@ -93,10 +93,11 @@ def _steps(value: Any) -> list[Any]:
     return []
 
 
-# Run inside the sandbox: the fix's module and the canonical one side by side. Writes its verdict to
-# verdict.json as it goes (the hidden test's, then the inputs whose outputs differ), so a fix that
-# outlives every limit (one that catches BaseException in a loop) still leaves what was judged.
-_SCRIPT = r"""
+# What a script run in the sandbox starts with: a time limit on a call (`within`, which answers
+# ("ok", value), ("timeout", None) or ("raise", the exception's name)), and `same`, the comparison of
+# two answers (floats within 1e-6, a bool never equal to an int). The study of rival fixes
+# (tests/study_rival_fixes.py) runs on it too.
+SANDBOX_HELPERS = r"""
 import ast, copy, json, math, signal, sys, time
 sys.setrecursionlimit(10000)
 class Late(BaseException):
@@ -115,10 +116,6 @@ def within(seconds, call):
         return "timeout", None
     except BaseException as exc:
         return "raise", type(exc).__name__
-def load(path):
-    space = {"__name__": path[:-3]}
-    exec(compile(open(path).read(), path, "exec"), space)
-    return space
 def same(a, b):
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
@@ -133,6 +130,18 @@ def same(a, b):
         return bool(a == b) and type(a) is type(b)
     except BaseException:
         return False
+"""
+
+# Run inside the sandbox: the fix's module and the canonical one side by side. Writes its verdict to
+# verdict.json as it goes (the hidden test's, then the inputs whose outputs differ), so a fix that
+# outlives every limit (one that catches BaseException in a loop) still leaves what was judged.
+_SCRIPT = (
+    SANDBOX_HELPERS
+    + r"""
+def load(path):
+    space = {"__name__": path[:-3]}
+    exec(compile(open(path).read(), path, "exec"), space)
+    return space
 def say(verdict):
     with open("verdict.json", "w") as out:
         json.dump(verdict, out)
@@ -163,6 +172,7 @@ if len(sys.argv) > 2:
 verdict["done"] = True
 say(verdict)
 """
+)
 
 
 def judge(
