@@ -120,7 +120,8 @@ def compile_sources() -> None:
     import compileall
 
     root = Path(__file__).resolve().parent.parent
-    for folder in ("ralph", "validators", "router", "sandboxes", "tests"):  # (the last three: ralph.*)
+    # validators, router and sandboxes by their own folders: compileall skips the links to them in ralph/
+    for folder in ("ralph", "validators", "router", "sandboxes", "tests"):
         compileall.compile_dir(root / folder, quiet=2)
 
 

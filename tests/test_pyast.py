@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ralph.domain import pyast
 
 SOURCE = (Path(__file__).resolve().parent.parent / "validators" / "policy.py").read_text()
@@ -63,3 +65,29 @@ def test_parsing_side_by_side_never_fails_spuriously() -> None:
     assert _race(pyast.parse) == []
     assert pyast.parse_expression("not x").body.__class__ is ast.UnaryOp
     assert pyast.literal_eval(" [1, 'a'] ".strip()) == [1, "a"]
+
+
+def test_a_spurious_mismatch_from_a_parse_outside_the_lock_is_tried_again() -> None:
+    """A parse outside ralph's reach (traceback formatting, in a drafter's thread) can still collide
+    with one of ours: that SystemError is tried again, any other is not."""
+    calls: list[int] = []
+
+    def flaky(fails: int, message: str) -> Callable[[], str]:
+        def call() -> str:
+            calls.append(1)
+            if len(calls) <= fails:
+                raise SystemError(message)
+            return "tree"
+
+        return call
+
+    mismatch = "AST constructor recursion depth mismatch (before=15, after=4)"
+    assert pyast.locked(flaky(2, mismatch)) == "tree" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(SystemError, match="mismatch"):  # a parse that fails every time
+        pyast.locked(flaky(pyast.TRIES, mismatch))
+    assert len(calls) == pyast.TRIES
+    calls.clear()
+    with pytest.raises(SystemError, match="something else"):  # no spurious mismatch: not tried again
+        pyast.locked(flaky(1, "something else"))
+    assert len(calls) == 1

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 import griffe
 
 from ralph.domain.candidate import FileChange, shared_ends
-from ralph.domain.pyast import LOCK, parse
+from ralph.domain.pyast import locked, parse
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms
 
 _BREAKS = {
@@ -258,8 +258,8 @@ def inside_a_body(edited: tuple[int, int], bodies: Spans) -> bool:
 
 def _visit(name: str, path: str, text: str) -> griffe.Module | None:
     try:
-        with LOCK:  # griffe parses with ast.parse (ralph.domain.pyast says why one at a time)
-            return griffe.visit(name, Path(path), code=text)
+        # griffe builds trees too (ralph.domain.pyast says why one at a time)
+        return locked(lambda: griffe.visit(name, Path(path), code=text))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ralph.domain.candidate import FileChange
-from ralph.domain.pyast import parse
+from ralph.domain.pyast import literal_eval, parse
 from ralph.domain.results import Diagnostic, StageResult, findings_result
 from ralph.validators.dataflow import Edit, Function
 
@@ -66,7 +66,7 @@ def literal_key(node: ast.AST) -> Key | None:
     if not isinstance(node, ast.Constant | ast.UnaryOp | ast.List | ast.Tuple | ast.Set | ast.Dict):
         return None
     try:
-        value = ast.literal_eval(node)
+        value = literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
     return None if value is Ellipsis else _key(value)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ralph.domain.pyast import parse
+from ralph.domain.pyast import literal_eval, parse
 
 # Inputs compared at most per task (the tests' calls first, then their neighbours).
 MAX_INPUTS = 120
@@ -60,7 +60,7 @@ def inputs(test: str, entry: str) -> list[tuple[tuple[Any, ...], bool]]:
             if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
                 continue
             try:
-                called.append(tuple(ast.literal_eval(a) for a in node.args))
+                called.append(tuple(literal_eval(a) for a in node.args))
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 continue
     found: dict[str, tuple[tuple[Any, ...], bool]] = {}
