@@ -30,13 +30,13 @@ _T = TypeVar("_T")
 def locked(call: Callable[[], _T]) -> _T:
     """`call()` (which builds trees) under the lock, tried again on the spurious SystemError."""
     with LOCK:
-        for left in range(TRIES - 1, -1, -1):
+        for _ in range(TRIES - 1):
             try:
                 return call()
             except SystemError as exc:
-                if left == 0 or "recursion depth mismatch" not in str(exc):
+                if "recursion depth mismatch" not in str(exc):
                     raise
-    raise AssertionError("unreachable")
+        return call()
 
 
 def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
