@@ -380,3 +380,48 @@ def test_a_large_selection_fails_in_its_first_round_or_runs_the_rest_in_a_second
     assert late.failed_stage == "tests" and "after a first round" in tests.detail
     assert [t.nodeid.split("::")[1] for t in tests.tests if t.failing] == ["test_big_0"]
     assert sum(not t.failing for t in tests.tests) >= 16
+
+
+# A table of formats at module level: a change to one entry selects every test module importing
+# it, and the tests named after the entry run first, alone.
+TABLE = {
+    "fmt.py": (
+        'FORMATS = {\n    "plain": ("", ""),\n    "rst": ("=", "="),\n}\n\n\n'
+        "def render(fmt, x):\n    left, right = FORMATS[fmt]\n    return left + str(x) + right\n"
+    ),
+    "tests/test_plain.py": (
+        "from fmt import render\n\n\n"
+        + "".join(f"def test_plain_{i}():\n    assert render('plain', {i}) == '{i}'\n\n\n" for i in range(20))
+    ),
+    "tests/test_table.py": (
+        "from fmt import render\n\n\n"
+        "def test_whole_row():\n    assert render('rst', 1) == '=1='\n\n\n"
+        + "".join(
+            f"def test_rst_{i}():\n    assert render('rst', {i}).startswith('=')\n\n\n" for i in range(4)
+        )
+    ),
+}
+
+
+def test_a_module_level_entry_runs_the_tests_named_after_it_first_then_the_modules_whole(verifier):
+    v, ws, state = verifier(TABLE)
+    cand = candidate(ws, "fmt.py", '"rst": ("=", "=")', '"rst": ("-", "=")')
+    selection = v.impact.select(cand)
+    assert selection.by_imports and set(selection.tests) == {"tests/test_plain.py", "tests/test_table.py"}
+    assert v.impact.first_round(selection, v.facts.durations) == tuple(
+        f"tests/test_table.py::test_rst_{i}" for i in range(4)
+    )
+    early = v.detect(cand, state)
+    tests = next(s for s in early.stages if s.stage == "tests")
+    assert early.failed_stage == "tests" and "after a first round" not in tests.detail
+    assert {t.nodeid for t in tests.tests} <= {f"tests/test_table.py::test_rst_{i}" for i in range(4)}
+    ws.revert(cand.changes)
+    # The tests named after it pass; the second round runs both modules whole and finds the row
+    # broken; a test both rounds ran is reported once.
+    cand = candidate(ws, "fmt.py", '"rst": ("=", "=")', '"rst": ("=", "-")')
+    late = v.detect(cand, state)
+    tests = next(s for s in late.stages if s.stage == "tests")
+    assert late.failed_stage == "tests" and "after a first round of 4 passing" in tests.detail
+    assert [t.nodeid for t in tests.tests if t.failing] == ["tests/test_table.py::test_whole_row"]
+    nodeids = [t.nodeid for t in tests.tests]
+    assert len(nodeids) == len(set(nodeids))

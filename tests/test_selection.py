@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected
 from ralph.validators.coverage import remap_coverage
-from ralph.validators.selection import COLLECTION, ImportGraph, change_words, imports_of, select_tests
+from ralph.validators.selection import (
+    COLLECTION,
+    ImportGraph,
+    change_words,
+    imports_of,
+    named_after,
+    select_tests,
+)
 
 
 def test_lines_below_a_removed_import_move_up():
@@ -115,6 +122,43 @@ def test_the_words_of_a_change_are_its_names_and_its_functions():
     assert {"strptime", "text", "TABLE", "quiz", "oxen"} <= set(words)
     assert {"six_moves_urllib_parse", "urllib_parse", "six_moves"} <= set(words)
     assert not {"return", "def", "Y", "y"} & set(words)
+
+
+def test_a_line_outside_functions_is_named_after_the_entry_and_the_name_it_belongs_to():
+    before = (
+        "FORMATS = {\n"
+        '    "plain": Format(line="", pad=0),\n'
+        '    "rst": Format(\n'
+        '        line="=",\n'
+        "        pad=1,\n"
+        "    ),\n"
+        "}\n"
+    )
+    words = change_words(FileChange("lib.py", before, before.replace('line="="', 'line="-"')))
+    assert words[:3] == ["line", "rst", "FORMATS"]  # the keyword, its dict entry, the table's name
+    assert "plain" not in words
+    # (inside a function, the function names the change, as before)
+    inside = "def formats():\n    return {'rst': 1}\n"
+    assert change_words(FileChange("lib.py", inside, inside.replace("1", "2")))[0] == "formats"
+
+
+def test_tests_named_after_a_change_rarest_word_first_in_pytest_order():
+    tests = [
+        "t.py::test_rst_a",
+        "t.py::test_plain_rst",
+        "t.py::test_plain",
+        "u.py::test_grid",
+        "u.py::TestRst::x",
+    ]
+    # "plain": 2 names hold it; "rst": 3 (the class's too, whatever its case); pytest's order within
+    assert named_after(["plain", "rst"], tests) == [
+        "t.py::test_plain_rst",
+        "t.py::test_plain",
+        "t.py::test_rst_a",
+        "u.py::TestRst::x",
+    ]
+    assert named_after(["rst", "plain"], tests, limit=1) == ["t.py::test_plain_rst"]
+    assert named_after(["html"], tests) == []
 
 
 def test_remapping_coverage_after_an_edit_in_a_huge_module_takes_time_proportional_to_the_change():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ralph.domain.candidate import Candidate, FileChange, undoing
+from ralph.domain.score import is_under
 from ralph.validators.coverage import remap_coverage
 from ralph.validators.failed_first import RecentFailures
 from ralph.validators.selection import (
@@ -14,6 +15,7 @@ from ralph.validators.selection import (
     CoverageMap,
     ImportGraph,
     Selection,
+    named_after,
     project_sources,
     select_tests,
 )
@@ -58,13 +60,24 @@ class TestImpact:
         return selection
 
     def first_round(self, selection: Selection, durations: dict[str, float]) -> tuple[str, ...]:
-        """For a selection of more than 2 x FIRST_ROUND tests: the recent failures it holds and the
-        tests that ran a changed line, narrowest first, FIRST_ROUND at most; else none (one round)."""
-        if selection.everything or len(selection.tests) <= 2 * FIRST_ROUND or not selection.near:
+        """For a large selection (more than 2 x FIRST_ROUND tests, or a whole module or directory):
+        the recent failures it holds, the tests that ran a changed line (narrowest first), and, where
+        it takes in whole modules, the baseline's tests there named after the change's rarest words;
+        FIRST_ROUND at most. Else none (one round)."""
+        wide = [t for t in selection.tests if "::" not in t]
+        if selection.everything or (not wide and len(selection.tests) <= 2 * FIRST_ROUND):
             return ()
         chosen = set(selection.tests)
-        recent = [t for t in self.recent_failures.first(durations) if t in chosen]
-        return tuple(dict.fromkeys([*recent, *selection.near]))[:FIRST_ROUND]
+
+        def selected(test: str) -> bool:
+            return test in chosen or any(w in (".", "") or is_under(test, w) for w in wide)
+
+        recent = [t for t in self.recent_failures.first(durations) if selected(t)]
+        near = [t for t in selection.near if selected(t)]
+        named = named_after(selection.words[:12], [t for t in durations if selected(t)]) if wide else []
+        if not near and not named:
+            return ()
+        return tuple(dict.fromkeys([*recent, *near, *named]))[:FIRST_ROUND]
 
     def adopt(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` are part of the state now: the coverage's lines move with them, and the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import itertools
 import keyword
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -179,25 +180,51 @@ class _Definition:
 
 
 @functools.lru_cache(maxsize=64)
-def _definitions(source: str) -> tuple[_Definition, ...]:
-    """Every function and class, innermost (shortest) first. Cached: every candidate of one state
-    parses the same sources, and a large module's parse is not cheap (docs/measurements.md)."""
+def _outline(source: str) -> tuple[tuple[_Definition, ...], tuple[tuple[int, int, str], ...]]:
+    """Every function and class, and every label (`_labels`), innermost (shortest) first, from one
+    parse. Cached: every candidate of one state parses the same sources, and a large module's parse
+    is not cheap (docs/measurements.md)."""
     try:
         tree = parse(source)
     except (SyntaxError, ValueError):
-        return ()
-    found = [
-        _Definition(
-            node.lineno,
-            node.body[0].lineno,
-            node.end_lineno or node.body[-1].lineno,
-            node.name,
-            not isinstance(node, ast.ClassDef),
-        )
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    ]
-    return tuple(sorted(found, key=lambda d: d.last - d.first))
+        return (), ()
+    definitions: list[_Definition] = []
+    labels: list[tuple[int, int, str]] = []
+
+    def label(name: object, node: ast.expr | ast.stmt, first: int | None = None) -> None:
+        if isinstance(name, str) and _WORD.fullmatch(name):
+            labels.append((first or node.lineno, node.end_lineno or node.lineno, name))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            last = node.end_lineno or node.body[-1].lineno
+            function = not isinstance(node, ast.ClassDef)
+            definitions.append(_Definition(node.lineno, node.body[0].lineno, last, node.name, function))
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant):
+                    label(key.value, value, key.lineno)
+        elif isinstance(node, ast.keyword):
+            label(node.arg, node.value, node.lineno)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                label(getattr(target, "id", None), node)
+    return (
+        tuple(sorted(definitions, key=lambda d: d.last - d.first)),
+        tuple(sorted(labels, key=lambda found: found[1] - found[0])),
+    )
+
+
+def _definitions(source: str) -> tuple[_Definition, ...]:
+    """Every function and class, innermost (shortest) first."""
+    return _outline(source)[0]
+
+
+def _labels(source: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, name) of what a line sits in: a dict's entry under a string key, a
+    call's keyword argument, an assignment's target; the innermost first. A test of a line outside
+    functions is often named after it (`"rst": TableFormat(...)` in a table of formats: `test_rst`)."""
+    return _outline(source)[1]
 
 
 def _function_spans(source: str) -> list[tuple[int, int]]:
@@ -223,6 +250,9 @@ def change_words(change: FileChange, limit: int = 60) -> list[str]:
         enclosing = (d.name for d in _definitions(change.before or "") if d.first <= at <= d.last)
         if name := next(enclosing, None):
             found[name.strip("_")] = None
+        else:  # (outside every function and class: the entry, keyword or name the line belongs to)
+            labels = (n for first, last, n in _labels(change.before or "") if first <= at <= last)
+            found.update(dict.fromkeys(n.strip("_") for n in itertools.islice(labels, 3)))
     for line in text:
         for word in _WORD.findall(line):
             if word not in _NOT_WORDS:
@@ -327,6 +357,21 @@ def select_tests(
     near.pop(COLLECTION, None)
     selection.near = sorted(near, key=lambda t: index.footprint.get(t, 0))[:MAX_NEAR]
     return selection
+
+
+def named_after(words: Sequence[str], tests: Sequence[str], limit: int = 16) -> list[str]:
+    """The `tests` whose names (past the file) hold one of `words`, the rarest word's first (as our
+    plugin orders a run), `limit` at most."""
+    lowered = [w.lower() for w in words]
+    names = {t: t.partition("::")[2].lower() for t in tests}
+    count = {w: sum(w in name for name in names.values()) for w in lowered}
+    ranked = []
+    for test, name in names.items():
+        rarest = min((count[w] for w in lowered if w in name), default=None)
+        if rarest is not None:
+            ranked.append((rarest, test))
+    ranked.sort(key=lambda r: r[0])  # (stable: pytest's order within a rank)
+    return [test for _, test in ranked[:limit]]
 
 
 def _importers(paths: set[str], graph: ImportGraph, is_test_file: Callable[[str], bool]) -> dict[str, None]:

@@ -533,8 +533,10 @@ class SelectedTestsStage:
 
 
 def _after(first: StageResult, rest: StageResult) -> StageResult:
-    """A second round's result, with the first round's passing tests and time before it."""
-    rest.tests = [*first.tests, *rest.tests]
+    """A second round's result, with the first round's passing tests and time before it (a test
+    the second round ran again, in a module it ran whole, as the second round saw it)."""
+    again = {t.nodeid for t in rest.tests}
+    rest.tests = [*(t for t in first.tests if t.nodeid not in again), *rest.tests]
     rest.duration_ms += first.duration_ms
     rest.detail += f" (after a first round of {len(first.tests)} passing)"
     return rest
