@@ -68,13 +68,17 @@ class TestImpact:
         if selection.everything or (not wide and len(selection.tests) <= 2 * FIRST_ROUND):
             return ()
         chosen = set(selection.tests)
+        files = {w for w in wide if w.endswith(".py")}
+        folders = [w for w in wide if w not in files]
 
-        def selected(test: str) -> bool:
-            return test in chosen or any(w in (".", "") or is_under(test, w) for w in wide)
+        def selected(test: str) -> bool:  # (asked of every test in the suite: by set first)
+            if test in chosen or test.partition("::")[0] in files:
+                return True
+            return any(w in (".", "") or is_under(test, w) for w in folders)
 
         recent = [t for t in self.recent_failures.first(durations) if selected(t)]
         near = [t for t in selection.near if selected(t)]
-        named = named_after(selection.words[:12], [t for t in durations if selected(t)]) if wide else []
+        named = named_after(selection.words[:12], filter(selected, durations)) if wide else []
         if not near and not named:
             return ()
         return tuple(dict.fromkeys([*recent, *near, *named]))[:FIRST_ROUND]

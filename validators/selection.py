@@ -359,19 +359,18 @@ def select_tests(
     return selection
 
 
-def named_after(words: Sequence[str], tests: Sequence[str], limit: int = 16) -> list[str]:
+def named_after(words: Sequence[str], tests: Iterable[str], limit: int = 16) -> list[str]:
     """The `tests` whose names (past the file) hold one of `words`, the rarest word's first (as our
     plugin orders a run), `limit` at most."""
-    lowered = [w.lower() for w in words]
-    names = {t: t.partition("::")[2].lower() for t in tests}
-    count = {w: sum(w in name for name in names.values()) for w in lowered}
-    ranked = []
-    for test, name in names.items():
-        rarest = min((count[w] for w in lowered if w in name), default=None)
-        if rarest is not None:
-            ranked.append((rarest, test))
-    ranked.sort(key=lambda r: r[0])  # (stable: pytest's order within a rank)
-    return [test for _, test in ranked[:limit]]
+    lowered = [w.lower() for w in words if w]
+    if not lowered:
+        return []
+    any_word = re.compile("|".join(map(re.escape, lowered)))  # (one scan per name: suites are large)
+    names = {t: name for t in tests if any_word.search(name := t.partition("::")[2].lower())}
+    held = {t: [w for w in lowered if w in name] for t, name in names.items()}
+    count = {w: sum(w in found for found in held.values()) for w in lowered}
+    ranked = sorted(names, key=lambda t: min(count[w] for w in held[t]))  # (stable: pytest's order)
+    return ranked[:limit]
 
 
 def _importers(paths: set[str], graph: ImportGraph, is_test_file: Callable[[str], bool]) -> dict[str, None]:
