@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -15,7 +17,9 @@ from ralph.domain.score import Observation
 from ralph.sandboxes.local import LocalSandbox
 from ralph.sandboxes.workspace import Workspace
 from ralph.validators.facts import VerifySettings
+from ralph.validators.impact import TestImpact
 from ralph.validators.pipeline import Verifier
+from ralph.validators.selection import Selection
 from ralph.validators.toolchain import Toolchain
 from tests.conftest import write_files
 
@@ -425,3 +429,20 @@ def test_a_module_level_entry_runs_the_tests_named_after_it_first_then_the_modul
     assert [t.nodeid for t in tests.tests if t.failing] == ["tests/test_table.py::test_whole_row"]
     nodeids = [t.nodeid for t in tests.tests]
     assert len(nodeids) == len(set(nodeids))
+
+
+def test_a_first_round_that_guesses_by_name_keeps_to_one_module_and_to_quick_tests():
+    impact = TestImpact(cast(Toolchain, None), lambda path: path.startswith("tests/"))
+    selection = Selection(tests=["tests/test_a.py", "tests/test_b.py"], words=["rst"], by_imports=True)
+    durations = {
+        "tests/test_a.py::test_rst_slow": 0.5,  # (a slow test is a poor probe)
+        "tests/test_a.py::test_rst": 0.01,
+        "tests/test_b.py::test_rst_b": 0.01,  # (another module: collecting it too costs more)
+        "tests/test_a.py::test_other": 0.01,
+        "tests/test_c.py::test_rst_c": 0.01,  # (not selected)
+    }
+    assert impact.first_round(selection, durations) == ("tests/test_a.py::test_rst",)
+    # Nothing named after the change, and no test ran a changed line: one round.
+    assert impact.first_round(replace(selection, words=["html"]), durations) == ()
+    # A few named tests alone: one round, as before.
+    assert impact.first_round(replace(selection, tests=["tests/test_a.py::test_rst"]), durations) == ()

@@ -62,8 +62,9 @@ class TestImpact:
     def first_round(self, selection: Selection, durations: dict[str, float]) -> tuple[str, ...]:
         """For a large selection (more than 2 x FIRST_ROUND tests, or a whole module or directory):
         the recent failures it holds, the tests that ran a changed line (narrowest first), and, where
-        it takes in whole modules, the baseline's tests there named after the change's rarest words;
-        FIRST_ROUND at most. Else none (one round)."""
+        it takes in whole modules, the quick tests of one of them named after the change's rarest
+        words (a first round that guesses wrong costs a module's collection, and a run of a slow
+        test); FIRST_ROUND at most. Else none (one round)."""
         wide = [t for t in selection.tests if "::" not in t]
         if selection.everything or (not wide and len(selection.tests) <= 2 * FIRST_ROUND):
             return ()
@@ -78,7 +79,11 @@ class TestImpact:
 
         recent = [t for t in self.recent_failures.first(durations) if selected(t)]
         near = [t for t in selection.near if selected(t)]
-        named = named_after(selection.words[:12], filter(selected, durations)) if wide else []
+        named: list[str] = []
+        if wide:  # (a guess: kept to one module, the best-named test's, and to quick tests)
+            quick = (t for t in durations if durations[t] < self.recent_failures.probe_s and selected(t))
+            named = named_after(selection.words[:12], quick)
+            named = [t for t in named if t.partition("::")[0] == named[0].partition("::")[0]]
         if not near and not named:
             return ()
         return tuple(dict.fromkeys([*recent, *near, *named]))[:FIRST_ROUND]
