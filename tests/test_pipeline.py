@@ -446,3 +446,39 @@ def test_a_first_round_that_guesses_by_name_keeps_to_one_module_and_to_quick_tes
     assert impact.first_round(replace(selection, words=["html"]), durations) == ()
     # A few named tests alone: one round, as before.
     assert impact.first_round(replace(selection, tests=["tests/test_a.py::test_rst"]), durations) == ()
+    # One module: a first round would only collect it twice.
+    assert impact.first_round(replace(selection, tests=["tests/test_a.py"]), durations) == ()
+    # Modules chosen for another reason (test files that start Python processes): the change was
+    # covered, and the tests that ran its line are the first round; no guess by name.
+    late = replace(selection, tests=["tests/test_a.py::test_other", "tests/test_b.py"], by_imports=False)
+    assert impact.first_round(late, durations) == ()
+    assert impact.first_round(replace(late, near=["tests/test_a.py::test_other"]), durations) == (
+        "tests/test_a.py::test_other",
+    )
+    # An id pytest would split at its `::` (before pytest 8.1) is no guess to make.
+    odd = {"tests/test_b.py::test_rst[a::b]": 0.01, **durations}
+    assert impact.first_round(selection, odd) == ("tests/test_a.py::test_rst",)
+
+
+# A parameter id that changes from run to run: the baseline's id is not found again.
+DRIFTING = {
+    "fmt.py": TABLE["fmt.py"],
+    "tests/test_plain.py": TABLE["tests/test_plain.py"],
+    "tests/test_table.py": (
+        "import time\n\nimport pytest\n\nfrom fmt import render\n\n\n"
+        "def test_whole_row():\n    assert render('rst', 1) == '=1='\n\n\n"
+        "@pytest.mark.parametrize('x', [1], ids=[str(time.time_ns())])\n"
+        "def test_rst(x):\n    assert render('rst', x).startswith('=')\n"
+    ),
+}
+
+
+def test_a_first_round_pytest_refuses_gives_way_to_one_round(verifier):
+    v, ws, state = verifier(DRIFTING)
+    cand = candidate(ws, "fmt.py", '"rst": ("=", "=")', '"rst": ("=", "-")')
+    first = v.impact.first_round(v.impact.select(cand), v.facts.durations)
+    assert len(first) == 1 and first[0].startswith("tests/test_table.py::test_rst[")
+    report = v.detect(cand, state)
+    tests = next(s for s in report.stages if s.stage == "tests")
+    assert report.failed_stage == "tests" and tests.error is None, tests.detail
+    assert [t.nodeid for t in tests.tests if t.failing] == ["tests/test_table.py::test_whole_row"]

@@ -137,6 +137,9 @@ def test_a_line_outside_functions_is_named_after_the_entry_and_the_name_it_belon
     words = change_words(FileChange("lib.py", before, before.replace('line="="', 'line="-"')))
     assert words[:3] == ["line", "rst", "FORMATS"]  # the keyword, its dict entry, the table's name
     assert "plain" not in words
+    # (a label that every test's name holds is no word: `test=` names no test)
+    setup = 'setup(\n    test="old",\n)\n'
+    assert "test" not in change_words(FileChange("setup.py", setup, setup.replace("old", "new")))
     # (inside a function, the function names the change, as before)
     inside = "def formats():\n    return {'rst': 1}\n"
     assert change_words(FileChange("lib.py", inside, inside.replace("1", "2")))[0] == "formats"

@@ -60,12 +60,18 @@ class TestImpact:
         return selection
 
     def first_round(self, selection: Selection, durations: dict[str, float]) -> tuple[str, ...]:
-        """For a large selection (more than 2 x FIRST_ROUND tests, or a whole module or directory):
-        the recent failures it holds, the tests that ran a changed line (narrowest first), and, where
-        it takes in whole modules, the quick tests of one of them named after the change's rarest
-        words (a first round that guesses wrong costs a module's collection, and a run of a slow
-        test); FIRST_ROUND at most. Else none (one round)."""
+        """For a large selection (more than 2 x FIRST_ROUND tests, or whole modules or folders and
+        another module): the recent failures it holds, the tests that ran a changed line (narrowest
+        first), and, where the import graph chose whole modules (a change no coverage vouches for),
+        the quick tests of one of them named after the change's rarest words (a first round that
+        guesses wrong costs a module's collection, and a run of a slow test); FIRST_ROUND at most.
+        Else none (one round). A broken candidate is most often caught there, without collecting the
+        rest; an accepted one pays for one more test process."""
+        # Whole modules (or folders), more than one module in all: a run of one saves nothing.
         wide = [t for t in selection.tests if "::" not in t]
+        modules = {t.partition("::")[0] for t in selection.tests}
+        if len(modules) < 2 and not any(not t.endswith(".py") for t in wide):
+            wide = []
         if selection.everything or (not wide and len(selection.tests) <= 2 * FIRST_ROUND):
             return ()
         chosen = set(selection.tests)
@@ -80,9 +86,9 @@ class TestImpact:
         recent = [t for t in self.recent_failures.first(durations) if selected(t)]
         near = [t for t in selection.near if selected(t)]
         named: list[str] = []
-        if wide:  # (a guess: kept to one module, the best-named test's, and to quick tests)
+        if wide and selection.by_imports:  # (a guess: one module, the best-named test's, quick tests)
             quick = (t for t in durations if durations[t] < self.recent_failures.probe_s and selected(t))
-            named = named_after(selection.words[:12], quick)
+            named = [t for t in named_after(selection.words[:12], quick) if "::" not in t.partition("[")[2]]
             named = [t for t in named if t.partition("::")[0] == named[0].partition("::")[0]]
         if not near and not named:
             return ()

@@ -24,6 +24,7 @@ from ralph.validators.warm import WarmRunner
 # pytest exit codes: 0 all passed, 1 some failed, 5 none collected; anything else means it could not run.
 _RAN = (0, 1)
 _NO_TESTS = 5
+_USAGE_ERROR = 4  # (pytest refused its arguments: a test id it cannot find, say)
 _INTERRUPTED = 2
 
 
@@ -52,6 +53,8 @@ class PytestValidator:
         # verifier sets it); what the last run changed.
         self.known: frozenset[tuple[str, str]] = frozenset()
         self.last_changes: frozenset[tuple[str, str]] = frozenset()
+        # Whether pytest refused the last run's arguments (no verdict on the candidate either way).
+        self.last_refused = False
         # Hears "tests k/N" while a run goes on, and a test nearing its time limit (long runs: the
         # baseline, a background gate).
         self.progress: Callable[[str], None] | None = None
@@ -109,6 +112,7 @@ class PytestValidator:
             run, end, unreadable, tests, failing_records, scope, exitfirst, self.trusted, self.known, workers
         )
         self.last_changes = harness_changes(end) or frozenset()  # (the baseline's: `known` from then)
+        self.last_refused = error is not None and run.returncode == _USAGE_ERROR
         stopped_early = (exitfirst and any(t.failing for t in tests)) or stop is not None
         result = self._result(tests, scope, run, error, elapsed, stopped_early, stop)
         if workers and error is None:

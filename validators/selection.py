@@ -192,7 +192,7 @@ def _outline(source: str) -> tuple[tuple[_Definition, ...], tuple[tuple[int, int
     labels: list[tuple[int, int, str]] = []
 
     def label(name: object, node: ast.expr | ast.stmt, first: int | None = None) -> None:
-        if isinstance(name, str) and _WORD.fullmatch(name):
+        if isinstance(name, str) and _WORD.fullmatch(name) and name not in _NOT_WORDS:
             labels.append((first or node.lineno, node.end_lineno or node.lineno, name))
 
     for node in ast.walk(tree):

@@ -507,7 +507,9 @@ class SelectedTestsStage:
         first = context.impact.first_round(selection, context.facts.durations)
         if first:
             result = self._fail_fast(first, selection, context)
-            if result.error is None and not any(t.failing for t in result.tests):
+            if self.validator.last_refused:  # (a baseline id it cannot find again: one round)
+                result = self._fail_fast(tests, selection, context)
+            elif result.error is None and not any(t.failing for t in result.tests):
                 ran = set(first)
                 rest = tuple(t for t in selection.tests if t not in ran)
                 result = _after(result, self._fail_fast(rest, selection, context))
