@@ -69,14 +69,13 @@ class TestImpact:
         rest; an accepted one pays for one more test process."""
         # Whole modules (or folders), more than one module in all: a run of one saves nothing.
         wide = [t for t in selection.tests if "::" not in t]
-        modules = {t.partition("::")[0] for t in selection.tests}
-        if len(modules) < 2 and not any(not t.endswith(".py") for t in wide):
-            wide = []
+        files = {w for w in wide if w.endswith(".py")}
+        folders = [w for w in wide if w not in files]
+        if not folders and len({t.partition("::")[0] for t in selection.tests}) < 2:
+            wide, files = [], set()
         if selection.everything or (not wide and len(selection.tests) <= 2 * FIRST_ROUND):
             return ()
         chosen = set(selection.tests)
-        files = {w for w in wide if w.endswith(".py")}
-        folders = [w for w in wide if w not in files]
 
         def selected(test: str) -> bool:  # (asked of every test in the suite: by set first)
             if test in chosen or test.partition("::")[0] in files:

@@ -508,7 +508,9 @@ class SelectedTestsStage:
         if first:
             result = self._fail_fast(first, selection, context)
             if self.validator.last_refused:  # (a baseline id it cannot find again: one round)
+                refused_ms = result.duration_ms
                 result = self._fail_fast(tests, selection, context)
+                result.duration_ms += refused_ms  # (the refused run's time counts too)
             elif result.error is None and not any(t.failing for t in result.tests):
                 ran = set(first)
                 rest = tuple(t for t in selection.tests if t not in ran)
