@@ -502,3 +502,29 @@ def test_neither_worker_imports_the_projects_own_pytest_plugin_ahead(tmp_path: P
             assert runner is not None
             runner.close()
         marker.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_fail_fast_run_ends_at_its_closing_record_once_a_test_failed(project, warm):
+    """A fail-fast run that found a failure is a rejection, known once the closing record is written:
+    the process ends there (no terminal summary, no unconfigure). Any other run goes on to the end,
+    where an error at unconfigure still counts."""
+    unconfigured = project / "unconfigured.log"
+    hook = f"def pytest_unconfigure(config):\n    open({str(unconfigured)!r}, 'a').write('x')\n"
+    write_files(project, {"tests/conftest.py": hook})
+    toolchain = Toolchain(sys.executable, LocalSandbox(), project)
+    runner = WarmRunner(toolchain) if warm else None
+    validator = PytestValidator(toolchain, warm=runner)
+    both = ("tests/test_lib.py::test_ok", "tests/test_lib.py::test_wrong")
+    try:
+        failed = validator.check(Scope(tests=both), exitfirst=True)
+        assert outcomes(failed) == {"test_ok": "passed", "test_wrong": "failed"}
+        assert failed.error is None and not failed.ok and "assert 42 == 41" in failed.tests[1].message
+        assert not unconfigured.exists()
+        for run in ({"scope": Scope(tests=both[:1]), "exitfirst": True}, {"scope": Scope(tests=both)}):
+            validator.check(**run)  # (passing fail-fast; failing, not fail-fast)
+            assert unconfigured.read_text() == "x"
+            unconfigured.unlink()
+    finally:
+        if runner is not None:
+            runner.close()

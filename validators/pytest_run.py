@@ -83,6 +83,8 @@ class PytestValidator:
             first = {"tests": list(failed_first), "words": list(words), "near": list(near)}
             env = self._run_env(Path(tmp.path), project, scope, coverage, first)
             env |= self._stops(Path(tmp.path), stop_on_pass, guard)
+            if exitfirst and not stop_on_pass:  # (a failure is the verdict: the process may end there)
+                env["RALPH_END_AT_FAILURE"] = "1"
             watch = None
             if self.progress is not None:
                 env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")

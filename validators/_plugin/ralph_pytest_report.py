@@ -50,6 +50,7 @@ _SETTINGS = (
     "RALPH_STOP_ON_PASS",
     "RALPH_GUARD",
     "RALPH_PROGRESS",
+    "RALPH_END_AT_FAILURE",
 )
 _settings: dict[str, str] = {}
 _WORKER_SETTINGS = ("RALPH_TEST_TIMEOUT", "RALPH_COVERAGE_ROOT")
@@ -854,6 +855,22 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             }
         )
         _report_file.close()
+        if (
+            _setting("RALPH_END_AT_FAILURE")
+            and _failed_seen
+            and int(exitstatus) == pytest.ExitCode.TESTS_FAILED
+        ):
+            _end_now(int(exitstatus))
+
+
+def _end_now(code: int) -> None:
+    """End the test process once a fail-fast run's closing record is written and a test failed: its
+    verdict (a rejection) is known, and nothing pytest does after this (the terminal summary, two
+    rounds of garbage collection while unconfiguring) could change it. A run that passed goes on:
+    what happens at unconfigure (an error from an unraisable exception) still counts there."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _tampered() -> list[list[str]]:
