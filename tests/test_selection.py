@@ -145,6 +145,18 @@ def test_a_line_outside_functions_is_named_after_the_entry_and_the_name_it_belon
     assert change_words(FileChange("lib.py", inside, inside.replace("1", "2")))[0] == "formats"
 
 
+def test_a_comment_and_the_languages_dunder_names_are_no_words_of_a_change():
+    # pyasn1's `__all__` gave `all`, a comment `basic`: a guess by them ran the wrong tests first.
+    before = "__all__ = ['Integer']  # basic types\nSEP = '#'  # the 'hash' sign\n"
+    after = before.replace("'Integer'", "'Real'").replace("'#'", "'# sharp'")
+    words = change_words(FileChange("lib.py", before, after))
+    assert {"Integer", "Real", "SEP", "sharp"} <= set(words)
+    assert not {"all", "basic", "types", "hash", "sign"} & set(words)
+    # (a function named like one still names it)
+    init = "class A:\n    def __init__(self):\n        self.x = 1\n"
+    assert change_words(FileChange("lib.py", init, init.replace("1", "2")))[0] == "init"
+
+
 def test_tests_named_after_a_change_rarest_word_first_in_pytest_order():
     tests = [
         "t.py::test_rst_a",

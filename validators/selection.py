@@ -251,15 +251,37 @@ def change_words(change: FileChange, limit: int = 60) -> list[str]:
         if name := next(enclosing, None):
             found[name.strip("_")] = None
         else:  # (outside every function and class: the entry, keyword or name the line belongs to)
-            labels = (n for first, last, n in _labels(change.before or "") if first <= at <= last)
+            spans = _labels(change.before or "")
+            labels = (n for first, last, n in spans if first <= at <= last and not _dunder(n))
             found.update(dict.fromkeys(n.strip("_") for n in itertools.islice(labels, 3)))
     for line in text:
-        for word in _WORD.findall(line):
-            if word not in _NOT_WORDS:
+        for word in _WORD.findall(_code(line)):
+            if word not in _NOT_WORDS and not _dunder(word):
                 found[word.strip("_")] = None
                 found.update(dict.fromkeys(_runs(word)))
     found.pop("", None)
     return [w for w in found if len(w) >= 3][:limit]
+
+
+def _code(line: str) -> str:
+    """A line without its comment (`# basic types` names no test); a `#` inside quotes stays."""
+    quote = ""
+    escaped = False
+    for i, char in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quote and char == "\\":
+            escaped = True
+        elif char in "\"'":
+            quote = "" if quote == char else quote or char
+        elif char == "#" and not quote:
+            return line[:i]
+    return line
+
+
+def _dunder(word: str) -> bool:
+    """`__all__`, `__name__`: the language's names, not the change's (`all` names too many tests)."""
+    return len(word) > 4 and word.startswith("__") and word.endswith("__")
 
 
 def _runs(word: str) -> list[str]:
