@@ -82,9 +82,7 @@ class PytestValidator:
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
             first = {"tests": list(failed_first), "words": list(words), "near": list(near)}
             env = self._run_env(Path(tmp.path), project, scope, coverage, first)
-            env |= self._stops(Path(tmp.path), stop_on_pass, guard)
-            if exitfirst and not stop_on_pass:  # (a failure is the verdict: the process may end there)
-                env["RALPH_END_AT_FAILURE"] = "1"
+            env |= self._stops(Path(tmp.path), stop_on_pass, guard, end_at_failure=exitfirst)
             watch = None
             if self.progress is not None:
                 env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
@@ -122,10 +120,15 @@ class PytestValidator:
         result.phases = phases(end, sent, elapsed)
         return result
 
-    def _stops(self, tmp: Path, stop_on_pass: bool, guard: Collection[str]) -> dict[str, str]:
+    def _stops(
+        self, tmp: Path, stop_on_pass: bool, guard: Collection[str], *, end_at_failure: bool = False
+    ) -> dict[str, str]:
         """The settings of the early stops asked for: at the first test that passes, at the first
-        failure of a `guard` test (their list in a file)."""
+        failure of a `guard` test (their list in a file); with `end_at_failure` (a fail-fast run,
+        whose failure is the verdict), the process ends at its closing record once a test failed."""
         env = {"RALPH_STOP_ON_PASS": "1"} if stop_on_pass else {}
+        if end_at_failure and not stop_on_pass:
+            env["RALPH_END_AT_FAILURE"] = "1"
         if guard:  # (node ids as the tests name them: a parameter may hold the project's path)
             (tmp / "guard.json").write_text(json.dumps(sorted(map(self._inside, guard))))
             env["RALPH_GUARD"] = str(tmp / "guard.json")
