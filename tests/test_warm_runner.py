@@ -391,6 +391,51 @@ def test_a_run_naming_its_tests_builds_items_for_those_alone(tmp_path: Path):
         warm.close()
 
 
+def test_a_unittest_class_named_by_some_of_its_tests_builds_items_for_those_alone(tmp_path: Path):
+    # A conftest logs the items built in the class; a test checks unittest's loader is put back.
+    write_files(
+        tmp_path,
+        {
+            "conftest.py": (
+                "import pytest\n\n\n"
+                "@pytest.hookimpl(wrapper=True)\n"
+                "def pytest_make_collect_report(collector):\n"
+                "    report = yield\n"
+                "    if collector.nodeid.endswith('::T'):\n"
+                "        with open('built.log', 'a') as f:\n"
+                "            f.write(''.join(item.name + '\\n' for item in report.result))\n"
+                "    return report\n"
+            ),
+            "tests/test_unit.py": (
+                "import unittest\n\n\n"
+                "class T(unittest.TestCase):\n"
+                "    def test_x(self):\n"
+                "        assert unittest.TestLoader.getTestCaseNames.__module__ == 'unittest.loader'\n\n"
+                "    def test_y(self):\n        pass\n\n"
+                "    def test_z(self):\n        self.fail('z')\n\n"
+                "    def test_off(self):\n        pass\n\n"
+                "    test_off.__test__ = False\n\n"
+                "    def runTest(self):\n        pass\n"
+            ),
+        },
+    )
+    validator = PytestValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
+    log = tmp_path / "built.log"
+
+    def built(*tests: str) -> tuple[dict[str, str], list[str], str | None]:
+        log.unlink(missing_ok=True)
+        result = validator.check(Scope(tests=tests))
+        return outcomes(result), sorted(log.read_text().split()) if log.exists() else [], result.error
+
+    named = built("tests/test_unit.py::T::test_x", "tests/test_unit.py::T::test_z")
+    assert named == ({"test_x": "passed", "test_z": "failed"}, ["test_x", "test_z"], None)
+    assert built("tests/test_unit.py::T")[1] == ["test_x", "test_y", "test_z"]
+    # What pytest would not find it still does not: each is built as pytest builds it, and reported.
+    for gone in ("test_gone", "test_off", "runTest"):
+        outcome, items, error = built(f"tests/test_unit.py::T::{gone}")
+        assert items == ["test_x", "test_y", "test_z"] and outcome == {gone: "error"}, gone
+
+
 def test_the_gates_worker_imports_nothing_of_the_projects_before_its_conftest(tmp_path: Path):
     # What the conftest sees is what a fresh `python -m pytest` shows it: the project's third-party
     # imports not yet loaded (a conftest may set them up first), pytest's own command line.

@@ -691,16 +691,52 @@ def _named_tests(session) -> tuple[frozenset[str], frozenset[str], frozenset[str
 def pytest_pycollect_makeitem(collector, name, obj):
     """A run that names its tests by id builds items for those alone: pytest would build (and
     parametrize) every function of each named module only to deselect them (docs/measurements.md).
-    All of a named class is built, and a file also
-    named whole (or under a directory named) is collected whole; a test this drops by mistake
-    reports nothing, which the host counts as an error."""
-    files, prefixes, exact = _named_tests(collector.session)
-    if not files:
+    All of a class named whole is built (of a unittest class named by some of its tests, those:
+    `pytest_make_collect_report`), and a file also named whole (or under a directory named) is
+    collected whole; a test this drops by mistake reports nothing, which the host counts as an
+    error."""
+    if not _named_partly(collector):
         return None
-    nodeid = collector.nodeid
-    if nodeid.partition("::")[0] not in files or nodeid in exact or f"{nodeid}::{name}" in prefixes:
-        return None
-    return []
+    return None if f"{collector.nodeid}::{name}" in _named_tests(collector.session)[1] else []
+
+
+def _named_partly(node) -> bool:
+    """Whether the run names tests below `node` by id, but not `node` itself or its whole file."""
+    files, _, exact = _named_tests(node.session)
+    nodeid = node.nodeid
+    return bool(files) and nodeid.partition("::")[0] in files and nodeid not in exact
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A unittest class named by some of its tests builds items for those alone (pyflakes' classes
+    hold up to 140 tests: building them was half of a one-test run's collection). pytest's own
+    collection runs, with unittest's loader giving it the named test methods of that class in its
+    order (all of them where none of those is a test, so what is not found is reported as pytest
+    would)."""
+    unit = getattr(sys.modules.get("_pytest.unittest"), "UnitTestCase", None)
+    if unit is None or not isinstance(collector, unit) or not _named_partly(collector):
+        yield
+        return
+    import unittest
+
+    prefixes = _named_tests(collector.session)[1]
+    loader, target, nodeid = unittest.TestLoader, collector.obj, collector.nodeid
+    original = loader.getTestCaseNames
+
+    def named(self, case_class):
+        found = original(self, case_class)
+        if case_class is not target:
+            return found
+        kept = [name for name in found if f"{nodeid}::{name}" in prefixes]
+        tests = [getattr(getattr(case_class, name, None), "__test__", True) for name in kept]
+        return kept if any(tests) else found
+
+    loader.getTestCaseNames = named
+    try:
+        yield
+    finally:
+        loader.getTestCaseNames = original
 
 
 @pytest.hookimpl(trylast=True)
