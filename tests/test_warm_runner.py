@@ -432,7 +432,7 @@ def test_a_unittest_class_named_by_some_of_its_tests_builds_items_for_those_alon
     assert built("tests/test_unit.py::T")[1] == ["test_x", "test_y", "test_z"]
     # What pytest would not find it still does not: each is built as pytest builds it, and reported.
     for gone in ("test_gone", "test_off", "runTest"):
-        outcome, items, error = built(f"tests/test_unit.py::T::{gone}")
+        outcome, items, _ = built(f"tests/test_unit.py::T::{gone}")
         assert items == ["test_x", "test_y", "test_z"] and outcome == {gone: "error"}, gone
 
 
