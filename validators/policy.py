@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from ralph.domain.candidate import POLICY_RULES, PROTECTED_TESTS, FileChange, is_protected, shared_ends
 from ralph.domain.errors import GitError
 from ralph.domain.pyast import parse
+from ralph.domain.reparse import first_line, lines_as_python_numbers_them, reparsed
 
 # Where pytest's configuration can come from (pyproject.toml: its [tool.pytest...] tables).
 PYTEST_CONFIG_FILES = frozenset(
@@ -717,12 +718,7 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
 
 def _tops(tree: ast.Module) -> list[tuple[int, int]]:
     """Each top-level statement's lines, its decorators included."""
-    spans = []
-    for node in tree.body:
-        decorators = getattr(node, "decorator_list", None) or []
-        first = min([node.lineno, *(d.lineno for d in decorators)])
-        spans.append((first, node.end_lineno or node.lineno))
-    return spans
+    return [(first_line(node), node.end_lineno or node.lineno) for node in tree.body]
 
 
 @functools.lru_cache(maxsize=8)  # (read by code_findings and doctest_edits)
@@ -754,12 +750,25 @@ def _blocks(before: str, after: str) -> list[tuple[int, int, int, int]]:
 def _edited(before: str, after: str) -> ast.Module | None:
     """The statements of `after` that an edit of `before` (which parses) changed, each region parsed
     alone with its lines numbered as in the whole (a one-line edit of a 100 KB module is not the
-    whole module's parse); the whole of `after` where a region does not parse alone."""
+    whole module's parse), or only the innermost statement in it that the edit changed (`reparsed`:
+    a method of a large class); the whole of `after` where a region does not parse alone."""
     lines = after.splitlines()
     body: list[ast.stmt] = []
-    for _, _, first, last in _blocks(before, after):
+    old = _parse(before)
+    hunks = _hunks(before.splitlines(), lines)
+    same_lines = all(i2 - i1 == j2 - j1 for i1, i2, j1, j2 in hunks)  # (every line keeps its number)
+    same_lines = same_lines and lines_as_python_numbers_them(before + after)
+    for b1, b2, first, last in _blocks(before, after):
         if last < first:
             continue
+        tops = (
+            [n for n in old.body if b1 <= first_line(n) and (n.end_lineno or n.lineno) <= b2] if old else []
+        )
+        if same_lines and len(tops) == 1:  # (only the innermost statement the edit changed, parsed)
+            changed = [(i1 + 1, i2) for i1, i2, _, _ in hunks if b1 <= i1 + 1 <= b2]
+            if (statement := reparsed(tops[0], lines, changed)) is not None:
+                body.append(statement)
+                continue
         part = _parse("\n" * (first - 1) + "\n".join(lines[first - 1 : last]) + "\n")
         if part is None:
             return _parse(after)
