@@ -26,6 +26,7 @@ from ralph.domain.results import StageResult
 from ralph.domain.score import Observation, Score
 from ralph.domain.verdict import VerifyReport
 from ralph.sandboxes.workspace import empty_dir
+from ralph.validators import read_ahead
 from ralph.validators.baseline import measure
 from ralph.validators.command import CommandValidator
 from ralph.validators.coverage import CoverageCache
@@ -72,6 +73,8 @@ class Verifier:
         measured = measure(self.tools, self.guard, self.cache, self.settings.targets, timeout_s)
         self.facts = measured.facts
         self.impact.measured(measured.coverage)  # (once per state, not inside a candidate's verification)
+        project, is_test_file = self.tools.toolchain.project, self.is_test_file
+        read_ahead.start(lambda: read_ahead.project_texts(project, is_test_file))
         return measured.observation, measured.stages
 
     def rebase(self, observation: Observation) -> None:
@@ -198,6 +201,8 @@ class Verifier:
     def adopt(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` are part of the state now (this verifier's, or another lane's)."""
         self.impact.adopt(changes)
+        texts = [c.after for c in changes if c.after and c.path.endswith(".py") and not self.is_test_file(c.path)]
+        read_ahead.start(lambda: texts)
 
     def reverted(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` were taken out of the accepted state (their background gate failed)."""

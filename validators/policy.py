@@ -776,6 +776,19 @@ def _edited(before: str, after: str) -> ast.Module | None:
     return ast.Module(body=body, type_ignores=[])
 
 
+# How many of the accepted state's files the small facts of are kept (`read_ahead`).
+READ_AHEAD = 512
+
+
+def read_ahead(text: str) -> None:
+    """Learn what the policy reads of an accepted file once for all its candidates (the rules and
+    constructs it has anywhere: a walk of the whole tree, ~25 ms for pyflakes' checker), before the
+    first candidate that edits it."""
+    if len(text) <= _MAX_PARSED:
+        _kinds(text)
+        _harness_words(text)
+
+
 def _coding(lines: Sequence[str]) -> tuple[int, str] | None:
     """A source encoding the first two lines declare (PEP 263) whose text is not the code Python
     runs from it: its line and name (UTF-7 hides code in what reads as a comment: the text we read is
@@ -816,7 +829,7 @@ def _lexical(
     return found
 
 
-@functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
+@functools.lru_cache(maxsize=READ_AHEAD)  # the accepted state's files, read again by every candidate
 def _harness_words(text: str) -> frozenset[tuple[str, str]]:
     """The harness's words a text has anywhere (a file that manipulates `sys.modules` itself, as
     toolz's `_build_tlz` does, may get a line that does so back; ralph's own words never)."""
@@ -833,7 +846,7 @@ def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) ->
                 )
 
 
-@functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
+@functools.lru_cache(maxsize=READ_AHEAD)  # the accepted state's files, read again by every candidate
 def _kinds(text: str) -> frozenset[tuple[str, str]]:
     """The rules and constructs a Python text has anywhere."""
     tree = _parse(text)

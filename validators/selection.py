@@ -179,7 +179,7 @@ class _Definition:
     function: bool
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=512)  # (as many as the policy's `READ_AHEAD`)
 def _outline(source: str) -> tuple[tuple[_Definition, ...], tuple[tuple[int, int, str], ...]]:
     """Every function and class, and every label (`_labels`), innermost (shortest) first, from one
     parse. Cached: every candidate of one state parses the same sources, and a large module's parse
@@ -213,6 +213,11 @@ def _outline(source: str) -> tuple[tuple[_Definition, ...], tuple[tuple[int, int
         tuple(sorted(definitions, key=lambda d: d.last - d.first)),
         tuple(sorted(labels, key=lambda found: found[1] - found[0])),
     )
+
+
+def read_ahead(source: str) -> None:
+    """Outline an accepted file once for all its candidates, before the first one that edits it."""
+    _outline(source)
 
 
 def _definitions(source: str) -> tuple[_Definition, ...]:
