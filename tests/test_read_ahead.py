@@ -2,33 +2,40 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+
+import pytest
 
 from ralph.validators import policy, read_ahead, selection
 from tests.conftest import write_files
 
 
-def test_the_facts_of_the_projects_sources_are_learnt_ahead_and_its_tests_are_not_read(tmp_path: Path):
-    source = "import os\n\n\ndef run(cmd):\n    return os.system(cmd)\n"
+def test_the_facts_of_the_projects_sources_are_learnt_ahead_and_its_tests_are_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    source = f"def run(cmd):\n    return exec(cmd)  # {uuid.uuid4()}\n"
     write_files(
         tmp_path,
         {
             "pkg/tool.py": source,
             "tests/test_tool.py": "def test_run():\n    pass\n",
             ".hidden/skip.py": "x = 1\n",
+            "venv/lib/site.py": "x = 1\n",
         },
     )
-    kinds, outlines = policy._kinds.cache_info().currsize, selection._outline.cache_info().currsize
     texts = list(read_ahead.project_texts(tmp_path, lambda path: path.startswith("tests/")))
     assert texts == [source]
     read_ahead.start(lambda: texts).join(timeout=30)
-    assert policy._kinds.cache_info().currsize == kinds + 1
-    assert selection._outline.cache_info().currsize == outlines + 1
-    hits = policy._kinds.cache_info().hits
-    policy.code_findings(
-        policy.FileChange("pkg/tool.py", source, source.replace("system(cmd)", "system(cmd + ' &')")), False
-    )
-    assert policy._kinds.cache_info().hits == hits + 1  # (the candidate found them learnt)
+
+    def never(*args, **kwargs):
+        raise AssertionError("computed again")
+
+    # Learnt: asked for now, neither is computed again (nothing is parsed or walked).
+    monkeypatch.setattr(policy, "_Reach", never)
+    monkeypatch.setattr(selection, "parse", never)
+    assert policy._kinds(source) == {("dynamic-code", "exec")}
+    assert selection._outline(source)[0][0].name == "run"
 
 
 def test_a_text_that_fails_to_be_read_ends_the_thread_quietly():

@@ -46,7 +46,7 @@ def _statement_parsed_whole(
     ]
     if len(tops) != 1:
         return None
-    return tops[0], reparsed(tops[0], new_lines, changed)
+    return tops[0], reparsed(tops[0], old_lines, new_lines, changed)
 
 
 def test_the_innermost_statement_parsed_alone_is_the_whole_texts_statement_on_real_modules():
@@ -123,7 +123,7 @@ def test_an_edit_is_read_alone_only_where_that_is_the_whole_texts_reading(old_li
     after = before.replace(old_line + "\n", new_line + "\n", 1)
     assert after != before
     number = before.splitlines().index(old_line) + 1
-    statement = reparsed(old.body[1], after.splitlines(), [(number, number)])
+    statement = reparsed(old.body[1], before.splitlines(), after.splitlines(), [(number, number)])
     assert (statement is not None) == read_alone
     assert _dump(old) == kept  # (the accepted tree is shared: never changed)
     if statement is not None:
@@ -145,6 +145,27 @@ def test_a_text_whose_lines_python_numbers_otherwise_is_read_whole():
     after = before.replace("return os.sep", "return __import__('os').system", 1)
     edited = policy._edited(before, after)
     assert [s.lineno for s in edited.body] == [4]
+    assert [f.rule for f in policy.code_findings(policy.FileChange("m.py", before, after), False)] == [
+        "dynamic-code"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # What shared the changed line with the statement is not kept as it was: a sibling after a
+        # `;` that bound the name, the header of a one-line definition or loop that bound it.
+        ("def g(s):\n    print(s); import math as exec\n", "def g(s):\n    exec(s)\n"),
+        ("def g(s):\n    def h(exec): print(s)\n", "def g(s):\n" + " " * 17 + "exec(s)\n"),
+        (
+            "import sys\ndef g(x):\n    for sys in x: y = sys\n",
+            "import sys\ndef g(x):\n" + " " * 18 + "y = sys\n",
+        ),
+    ],
+)
+def test_an_edit_of_a_line_the_statement_shares_is_read_as_the_new_text_has_it(before, after):
+    assert policy._edited(before, after).body[-1].body[-1].lineno == len(after.splitlines())
+    assert [_dump(s) for s in policy._edited(before, after).body] == [_dump(ast.parse(after).body[-1])]
     assert [f.rule for f in policy.code_findings(policy.FileChange("m.py", before, after), False)] == [
         "dynamic-code"
     ]

@@ -202,7 +202,8 @@ class Verifier:
         """Accepted `changes` are part of the state now (this verifier's, or another lane's)."""
         self.impact.adopt(changes)
         texts = [c.after for c in changes if c.after and c.path.endswith(".py") and not self.is_test_file(c.path)]
-        read_ahead.start(lambda: texts)
+        if texts:
+            read_ahead.start(lambda: texts)
 
     def reverted(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` were taken out of the accepted state (their background gate failed)."""

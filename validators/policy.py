@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import tomllib
 import warnings
 from collections import Counter
@@ -600,7 +601,7 @@ _DYNAMIC_TEXT = re.compile(
     r"|\b(?:importlib|ctypes|marshal|runpy|pickle|_getframe|f_back|f_globals|f_locals|__code__|__globals__)\b"
 )
 _FRAMEWORK_TEXT = re.compile(r"^\s*(?:import|from)\s+(?:pytest|_pytest|pluggy|xdist|execnet|unittest|mock)\b")
-_MAX_PARSED = 2 << 20  # a larger file is read for those words too
+_MAX_PARSED = MAX_READ = 2 << 20  # a larger file is read for those words too
 
 # The builtins that run or import code given as data, and those that reach an attribute by a name.
 _RUNS_CODE = frozenset({"exec", "eval", "compile", "__import__"})
@@ -755,7 +756,8 @@ def _edited(before: str, after: str) -> ast.Module | None:
     lines = after.splitlines()
     body: list[ast.stmt] = []
     old = _parse(before)
-    hunks = _hunks(before.splitlines(), lines)
+    before_lines = before.splitlines()
+    hunks = _hunks(before_lines, lines)
     same_lines = all(i2 - i1 == j2 - j1 for i1, i2, j1, j2 in hunks)  # (every line keeps its number)
     same_lines = same_lines and lines_as_python_numbers_them(before + after)
     for b1, b2, first, last in _blocks(before, after):
@@ -766,7 +768,7 @@ def _edited(before: str, after: str) -> ast.Module | None:
         )
         if same_lines and len(tops) == 1:  # (only the innermost statement the edit changed, parsed)
             changed = [(i1 + 1, i2) for i1, i2, _, _ in hunks if b1 <= i1 + 1 <= b2]
-            if (statement := reparsed(tops[0], lines, changed)) is not None:
+            if (statement := reparsed(tops[0], before_lines, lines, changed)) is not None:
                 body.append(statement)
                 continue
         part = _parse("\n" * (first - 1) + "\n".join(lines[first - 1 : last]) + "\n")
@@ -783,10 +785,17 @@ READ_AHEAD = 512
 def read_ahead(text: str) -> None:
     """Learn what the policy reads of an accepted file once for all its candidates (the rules and
     constructs it has anywhere: a walk of the whole tree, ~25 ms for pyflakes' checker), before the
-    first candidate that edits it."""
-    if len(text) <= _MAX_PARSED:
-        _kinds(text)
-        _harness_words(text)
+    first candidate that edits it. Its tree is not kept: the few kept are those candidates edit."""
+    if len(text) <= MAX_READ:
+        _ahead.on = True
+        try:
+            _kinds(text)
+            _harness_words(text)
+        finally:
+            _ahead.on = False
+
+
+_ahead = threading.local()  # (`on` in the thread that reads ahead)
 
 
 def _coding(lines: Sequence[str]) -> tuple[int, str] | None:
@@ -849,7 +858,7 @@ def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) ->
 @functools.lru_cache(maxsize=READ_AHEAD)  # the accepted state's files, read again by every candidate
 def _kinds(text: str) -> frozenset[tuple[str, str]]:
     """The rules and constructs a Python text has anywhere."""
-    tree = _parse(text)
+    tree = _parse.__wrapped__(text) if getattr(_ahead, "on", False) else _parse(text)
     if tree is None:
         return frozenset()
     return frozenset((c.rule, c.what) for c in _Reach(tree, frozenset(), None, text.splitlines()).found)
@@ -1193,8 +1202,9 @@ def _stores(scope: ast.AST) -> frozenset[str]:
         pending.extend(ast.iter_child_nodes(node))
     if len(_STORES) > 256:
         _STORES.clear()
-    _STORES[id(scope)] = (scope, frozenset(names))
-    return _STORES[id(scope)][1]
+    stores = frozenset(names)
+    _STORES[id(scope)] = (scope, stores)  # (another thread may clear it meanwhile: read ahead)
+    return stores
 
 
 _STORES: dict[int, tuple[ast.AST, frozenset[str]]] = {}

@@ -28,15 +28,20 @@ def start(texts: Callable[[], Iterable[str]]) -> threading.Thread:
 def project_texts(project: Path, is_test_file: Callable[[str], bool]) -> Iterable[str]:
     """The project's source files (not its tests), as a candidate's edit sees them, at most as many
     as the facts are kept of."""
-    for path, text in selection.project_sources(project, limit=policy.READ_AHEAD).items():
+    sources = selection.project_sources(project, skip=_NOT_SOURCES, limit=policy.READ_AHEAD)
+    for path, text in sources.items():
         if not is_test_file(path) and (seen := as_text(text.encode())) is not None:
             yield seen
+
+
+# An environment or a build left inside the project (not hidden): no candidate's files.
+_NOT_SOURCES = ("venv", "env", "site-packages", "build", "dist", "node_modules")
 
 
 def _learn(texts: Callable[[], Iterable[str]]) -> None:
     try:
         for text in texts():
             policy.read_ahead(text)
-            selection.read_ahead(text)
+            selection.read_ahead(text, policy.MAX_READ)
     except Exception:  # (a cache filled ahead: what fails here is computed when needed, or reported then)
         return

@@ -8,8 +8,9 @@ the old one was in a copy of the path down to it.
 
 It is used only where that cannot differ from the statement parsed out of the whole new text: every
 changed region kept its number of lines (so every line keeps its number), all of them lie inside one
-statement nested in the top-level one, and that statement's lines, parsed alone under a header of
-their own, are one statement of the same kind beginning where the old one did. Python's grammar
+statement nested in the top-level one that owns its lines (they parse alone to it: no header of a
+one-line compound statement, no sibling after a `;`), and those lines of the new text, parsed alone
+under a header of their own, are one statement of the same kind beginning where the old one did. Python's grammar
 reads a statement the same wherever it stands (what may stand where is the compiler's to say); the
 text before it is untouched, so a statement starts there as it did; and one that no longer ends
 within its old lines (an open bracket, a dedent) fails to parse alone or parses as more than one.
@@ -42,31 +43,30 @@ def first_line(node: ast.stmt) -> int:
     return min([node.lineno, *(d.lineno for d in decorators)])
 
 
-def reparsed(top: ast.stmt, after: Sequence[str], changed: Sequence[tuple[int, int]]) -> ast.stmt | None:
-    """`top`, a statement of the accepted text, as the edit left it, where the edit replaced the
-    lines of `changed` (1-based, inclusive, each region by as many lines) in `after` (the new text's
-    lines, numbered as Python numbers them: `lines_as_python_numbers_them`); None where that is not
-    the innermost statement's parse (see the module)."""
+def reparsed(
+    top: ast.stmt, before: Sequence[str], after: Sequence[str], changed: Sequence[tuple[int, int]]
+) -> ast.stmt | None:
+    """`top`, a statement of the accepted text (whose lines are `before`), as the edit left it,
+    where the edit replaced the lines of `changed` (1-based, inclusive, each region by as many lines)
+    to give `after` (both numbered as Python numbers them: `lines_as_python_numbers_them`); None
+    where that is not the innermost statement's parse (see the module)."""
     path = _path(top, changed) if changed else []
     if not path:
         return None
     parent, field, index = path[-1]
     old = getattr(parent, field)[index]
     first, last = first_line(old), old.end_lineno or old.lineno
-    if first < 2 or last > len(after):
+    if first < 2 or last > min(len(before), len(after)):
         return None
-    text = "\n" * (first - 2) + "class _:\n" + "\n".join(after[first - 1 : last]) + "\n"
-    try:
-        tree = parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    # The old statement owns its lines (no header of a one-line `def h(exec): ...` around it, no
+    # sibling after a `;`): its lines alone are it. Otherwise what the edit kept of those would be
+    # read as it was, not as the new text has it.
+    if (mine := _alone(before, first, last)) is None or _dump(mine) != _dump(old):
         return None
-    header = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(header, ast.ClassDef) or len(header.body) != 1:
-        return None
-    statement = header.body[0]
+    statement = _alone(after, first, last)
     # The same kind of statement where the old one began (not the line's `def f(): return x` when
     # the old one was its `return x`).
-    if type(statement) is not type(old) or _start(statement) != _start(old):
+    if statement is None or type(statement) is not type(old) or _start(statement) != _start(old):
         return None
     new: ast.AST = statement
     for parent, field, index in reversed(path):  # (the accepted tree is shared: copied, never changed)
@@ -79,6 +79,24 @@ def reparsed(top: ast.stmt, after: Sequence[str], changed: Sequence[tuple[int, i
         new = clone
     assert isinstance(new, ast.stmt)
     return new
+
+
+def _alone(lines: Sequence[str], first: int, last: int) -> ast.stmt | None:
+    """Lines `first`..`last` parsed alone, numbered as in the whole, under a header line of their own:
+    the one statement they are, or None."""
+    text = "\n" * (first - 2) + "class _:\n" + "\n".join(lines[first - 1 : last]) + "\n"
+    try:
+        tree = parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    header = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(header, ast.ClassDef) or len(header.body) != 1:
+        return None
+    return header.body[0]
+
+
+def _dump(node: ast.AST) -> str:
+    return ast.dump(node, include_attributes=True)
 
 
 def _start(node: ast.AST) -> tuple[int | None, int | None]:
