@@ -201,7 +201,9 @@ class Verifier:
     def adopt(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` are part of the state now (this verifier's, or another lane's)."""
         self.impact.adopt(changes)
-        texts = [c.after for c in changes if c.after and c.path.endswith(".py") and not self.is_test_file(c.path)]
+        texts = [
+            c.after for c in changes if c.after and c.path.endswith(".py") and not self.is_test_file(c.path)
+        ]
         if texts:
             read_ahead.start(lambda: texts)
 
