@@ -18,6 +18,7 @@ runs it). Writes OUT/diffusion_gpu.json and OUT/diffusion_gpu.md.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -307,7 +308,7 @@ def autoregressive(lm: DiffusionLM, lengths: Lengths, weights_bytes: int) -> lis
 
 def run_once(model: Any, x: torch.Tensor, new_tokens: int) -> None:
     """Greedy decoding of `new_tokens` tokens after `x`, the prompt prefilled once."""
-    kwarg = _cache_kwarg(model) or "past_key_values"
+    kwarg = _cache_kwarg(inspect.signature(model.forward).parameters) or "past_key_values"
     with torch.no_grad():
         out = model(x, use_cache=True)
         cache = _output_cache(out)

@@ -26,7 +26,7 @@ import ast
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -249,12 +249,11 @@ class DiffusionLM(TextCodec):
         vocab = _vocab_size(model)
         if vocab is not None and not 0 <= mask_id < vocab:
             raise RalphError(f"{name}: mask id {mask_id} is outside the model's {vocab}-token vocabulary")
-        self._cache_kwarg = _cache_kwarg(model)
+        parameters = inspect.signature(model.forward).parameters
+        self._cache_kwarg = _cache_kwarg(parameters)
         # A full pass asks for no cache where the forward can be told: transformers' decoders build
         # one by default, keys and values of every layer that the pass then throws away.
-        self._no_cache: dict[str, bool] = (
-            {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
-        )
+        self._no_cache: dict[str, bool] = {"use_cache": False} if "use_cache" in parameters else {}
         vocabulary = tokenizer.get_vocab()
         named = [vocabulary.get(token) for token in preset.stop_tokens]
         self.stop_ids: list[int] = _unique([*named, tokenizer.eos_token_id, *self.end])
@@ -463,9 +462,9 @@ def _vocab_size(model: Any) -> int | None:
     return None if size is None else int(size)
 
 
-def _cache_kwarg(model: Any) -> str | None:
-    """The name under which the model's forward takes a KV cache (transformers 5 renamed it)."""
-    parameters = inspect.signature(model.forward).parameters
+def _cache_kwarg(parameters: Mapping[str, inspect.Parameter]) -> str | None:
+    """The name under which the model's forward (its `parameters`) takes a KV cache (transformers 5
+    renamed it)."""
     if "use_cache" not in parameters:
         return None
     return next((name for name in ("cache", "past_key_values") if name in parameters), None)
