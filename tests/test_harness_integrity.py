@@ -14,10 +14,16 @@ code in a comment."""
 from __future__ import annotations
 
 import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from ralph.validators.pytest_run import _harness_changed, harness_changes
+from ralph.validators.toolchain import PLUGIN_DIR
 from tests.conftest import BUGGY_WINDOWS
 from tests.test_forgery_policy import BUGGY, PASSING_REPORTS, findings
 from tests.test_sound_verdicts import FIXED, replay, run_fix, verdicts
@@ -281,3 +287,26 @@ def test_a_source_encoding_that_hides_code_is_refused(make_repo, tmp_path):
     drafter = replay(tmp_path, {"description": "hide", "files": {"windows.py": forged}})
     [verdict] = verdicts(run_fix(repo, drafter, max_iterations=1))
     assert verdict["failed_stage"] == "policy" and "source encoding of utf-7" in verdict["reason"]
+
+
+def test_where_installed_code_lies_is_learnt_ahead_and_judged_the_same(tmp_path: Path):
+    # The worker learns where its preloaded, installed modules' files are (`learn_places`); the
+    # origin of their code is what a child that looks for itself finds, and a project's file is
+    # never among what is learnt (it may change).
+    (tmp_path / "mine.py").write_text("def f():\n    pass\n")
+    script = (
+        "import json, pytest, ralph_pytest_report as r\n"
+        "import mine\n"
+        "looked = [r._origin(pytest.main), r._origin(json.dumps), r._origin(mine.f)]\n"
+        "r._places.clear()\n"
+        "r.learn_places()\n"
+        "learnt = pytest.main.__code__.co_filename in r._places, mine.__file__ in r._places\n"
+        "print(json.dumps([looked, [r._origin(pytest.main), r._origin(json.dumps), r._origin(mine.f)], learnt]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(tmp_path)])}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    looked, again, learnt = json.loads(out.stdout)
+    assert looked == again and looked[:2] == ["!", "!"]
+    assert learnt == [True, False]

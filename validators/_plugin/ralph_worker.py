@@ -497,6 +497,8 @@ def main() -> None:
     builtin, plugins = _pytest_plugins(set(own))
     loaded = _preload([*builtin, "ralph_pytest_report", *plugins, *sys.argv[1:]])
     _forget_project_modules(own, os.getcwd())
+    if "ralph_pytest_report" in sys.modules:  # (where the installed code it judges lies)
+        sys.modules["ralph_pytest_report"].learn_places()
     # What the worker imported lives as long as it does: keep it out of every child's collections.
     # pytest collects garbage at the end of each session (twice), which over an unfrozen heap of
     # preloaded modules is slow (docs/measurements.md).
