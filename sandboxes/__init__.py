@@ -12,6 +12,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def stale(names: Iterable[str]) -> list[str]:
 
 
 OWNER_LOCK = ".ralph-owner.lock"
+EMPTY_AFTER_S = 600.0  # an empty run directory of a process that looks gone is swept this old
 
 
 def hold_owner_lock(directory: Path) -> int:
@@ -93,10 +95,14 @@ def sweep_stale() -> None:
                 shutil.rmtree(tmp / name, ignore_errors=True)
         # An empty one of a process that is gone: killed between making it and locking it, or
         # after emptying it (the lock file goes last), before removing it. (By the names mkdtemp
-        # gives ours only: an empty `ralph-20240101-x` may be somebody's.)
+        # gives ours only: an empty `ralph-20240101-x` may be somebody's.) Not one made lately: a
+        # process in another PID namespace sharing /tmp looks gone from here, and its private index
+        # is empty until git writes it (a run on Ray in CI once lost it so: "index.lock: No such
+        # file or directory").
         for name in stale(n for n in names if _MADE.match(n)):
             with contextlib.suppress(OSError):
-                os.rmdir(tmp / name)  # (only ever an empty directory)
+                if time.time() - (tmp / name).lstat().st_mtime > EMPTY_AFTER_S:
+                    os.rmdir(tmp / name)  # (only ever an empty directory)
     from ralph.sandboxes.bwrap import sweep_cgroups
 
     sweep_cgroups()

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -331,12 +332,19 @@ def test_a_private_index_left_by_a_run_killed_inside_it_is_swept(make_repo):
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
     empty = Path(tempfile.mkdtemp(prefix=f"ralph-{gone.stdout.strip()}-index-"))
+    fresh = Path(tempfile.mkdtemp(prefix=f"ralph-{gone.stdout.strip()}-index-"))
     alive = Path(tempfile.mkdtemp(prefix="ralph-1-index-"))
+    old = time.time() - 3600
+    for made in (empty, alive):
+        os.utime(made, (old, old))
     try:
         sweep_stale()
         assert not empty.exists() and alive.exists()
+        # One made lately stays: its process may live in another PID namespace, about to use it.
+        assert fresh.exists()
     finally:
         alive.rmdir()
+        fresh.rmdir()
 
 
 CRLF_TESTS = BUGGY_WINDOWS["tests/test_windows.py"]
