@@ -759,13 +759,12 @@ def _edited(before: str, after: str) -> ast.Module | None:
     before_lines = before.splitlines()
     hunks = _hunks(before_lines, lines)
     same_lines = all(i2 - i1 == j2 - j1 for i1, i2, j1, j2 in hunks)  # (every line keeps its number)
-    same_lines = same_lines and lines_as_python_numbers_them(before + after)
+    same_lines = same_lines and lines_as_python_numbers_them(before) and lines_as_python_numbers_them(after)
+    spans = list(zip(old.body, _tops(old), strict=True)) if old else []
     for b1, b2, first, last in _blocks(before, after):
         if last < first:
             continue
-        tops = (
-            [n for n in old.body if b1 <= first_line(n) and (n.end_lineno or n.lineno) <= b2] if old else []
-        )
+        tops = [node for node, (a, b) in spans if b1 <= a and b <= b2]
         if same_lines and len(tops) == 1:  # (only the innermost statement the edit changed, parsed)
             changed = [(i1 + 1, i2) for i1, i2, _, _ in hunks if b1 <= i1 + 1 <= b2]
             if (statement := reparsed(tops[0], before_lines, lines, changed)) is not None:
@@ -786,13 +785,12 @@ def read_ahead(text: str) -> None:
     """Learn what the policy reads of an accepted file once for all its candidates (the rules and
     constructs it has anywhere: a walk of the whole tree, ~25 ms for pyflakes' checker), before the
     first candidate that edits it. Its tree is not kept: the few kept are those candidates edit."""
-    if len(text) <= MAX_READ:
-        _ahead.on = True
-        try:
-            _kinds(text)
-            _harness_words(text)
-        finally:
-            _ahead.on = False
+    _ahead.on = True
+    try:
+        _kinds(text)
+        _harness_words(text)
+    finally:
+        _ahead.on = False
 
 
 _ahead = threading.local()  # (`on` in the thread that reads ahead)

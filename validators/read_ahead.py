@@ -41,7 +41,8 @@ _NOT_SOURCES = ("venv", "env", "site-packages", "build", "dist", "node_modules")
 def _learn(texts: Callable[[], Iterable[str]]) -> None:
     try:
         for text in texts():
-            policy.read_ahead(text)
-            selection.read_ahead(text, policy.MAX_READ)
+            if len(text) <= policy.MAX_READ:  # (a generated table is no candidate's to edit)
+                policy.read_ahead(text)
+                selection.read_ahead(text)
     except Exception:  # (a cache filled ahead: what fails here is computed when needed, or reported then)
         return

@@ -215,11 +215,9 @@ def _outline(source: str) -> tuple[tuple[_Definition, ...], tuple[tuple[int, int
     )
 
 
-def read_ahead(source: str, limit: int = 2 << 20) -> None:
-    """Outline an accepted file once for all its candidates, before the first one that edits it
-    (not one over `limit` characters: a generated table's outline is no candidate's)."""
-    if len(source) <= limit:
-        _outline(source)
+def read_ahead(source: str) -> None:
+    """Outline an accepted file once for all its candidates, before the first one that edits it."""
+    _outline(source)
 
 
 def _definitions(source: str) -> tuple[_Definition, ...]:
