@@ -25,7 +25,7 @@ def test_the_facts_of_the_projects_sources_are_learnt_ahead_and_its_tests_are_no
         },
     )
     texts = list(read_ahead.project_texts(tmp_path, lambda path: path.startswith("tests/")))
-    assert texts == [source]
+    assert texts == [("pkg/tool.py", source)]
     read_ahead.start(lambda: texts).join(timeout=30)
 
     def never(*args, **kwargs):
@@ -40,7 +40,7 @@ def test_the_facts_of_the_projects_sources_are_learnt_ahead_and_its_tests_are_no
 
 def test_a_text_that_fails_to_be_read_ends_the_thread_quietly():
     def texts():
-        yield "def f(:\n"  # (does not parse: no facts, no error)
+        yield "pkg/f.py", "def f(:\n"  # (does not parse: no facts, no error)
         raise OSError("gone")
 
     read_ahead.start(texts).join(timeout=30)

@@ -74,7 +74,7 @@ class Verifier:
         self.facts = measured.facts
         self.impact.measured(measured.coverage)  # (once per state, not inside a candidate's verification)
         project, is_test_file = self.tools.toolchain.project, self.is_test_file
-        read_ahead.start(lambda: read_ahead.project_texts(project, is_test_file))
+        read_ahead.start(lambda: read_ahead.project_texts(project, is_test_file), self.tools.syntax.learn)
         return measured.observation, measured.stages
 
     def rebase(self, observation: Observation) -> None:
@@ -201,11 +201,13 @@ class Verifier:
     def adopt(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` are part of the state now (this verifier's, or another lane's)."""
         self.impact.adopt(changes)
-        texts = [
-            c.after for c in changes if c.after and c.path.endswith(".py") and not self.is_test_file(c.path)
+        files = [
+            (c.path, c.after)
+            for c in changes
+            if c.after and c.path.endswith(".py") and not self.is_test_file(c.path)
         ]
-        if texts:
-            read_ahead.start(lambda: texts)
+        if files:
+            read_ahead.start(lambda: files, self.tools.syntax.learn)
 
     def reverted(self, changes: Sequence[FileChange]) -> None:
         """Accepted `changes` were taken out of the accepted state (their background gate failed)."""

@@ -17,32 +17,39 @@ from pathlib import Path
 from ralph.sandboxes.workspace import as_text
 from ralph.validators import policy, selection
 
+Files = Callable[[], Iterable[tuple[str, str]]]
 
-def start(texts: Callable[[], Iterable[str]]) -> threading.Thread:
-    """Learn, in a thread of its own, what verification reads of each text `texts()` gives."""
-    thread = threading.Thread(target=_learn, args=(texts,), name="ralph-read-ahead", daemon=True)
+
+def start(files: Files, compile_ahead: Callable[[str, str], None] | None = None) -> threading.Thread:
+    """Learn, in a thread of its own, what verification reads of each (path, text) `files()` gives;
+    with `compile_ahead`, have it compile each too (the syntax stage's `learn`)."""
+    thread = threading.Thread(
+        target=_learn, args=(files, compile_ahead), name="ralph-read-ahead", daemon=True
+    )
     thread.start()
     return thread
 
 
-def project_texts(project: Path, is_test_file: Callable[[str], bool]) -> Iterable[str]:
+def project_texts(project: Path, is_test_file: Callable[[str], bool]) -> Iterable[tuple[str, str]]:
     """The project's source files (not its tests), as a candidate's edit sees them, at most as many
     as the facts are kept of."""
     sources = selection.project_sources(project, skip=_NOT_SOURCES, limit=policy.READ_AHEAD)
     for path, text in sources.items():
         if not is_test_file(path) and (seen := as_text(text.encode())) is not None:
-            yield seen
+            yield path, seen
 
 
 # An environment or a build left inside the project (not hidden): no candidate's files.
 _NOT_SOURCES = ("venv", "env", "site-packages", "build", "dist", "node_modules")
 
 
-def _learn(texts: Callable[[], Iterable[str]]) -> None:
+def _learn(files: Files, compile_ahead: Callable[[str, str], None] | None) -> None:
     try:
-        for text in texts():
+        for path, text in files():
             if len(text) <= policy.MAX_READ:  # (a generated table is no candidate's to edit)
                 policy.read_ahead(text)
                 selection.read_ahead(text)
+                if compile_ahead is not None:
+                    compile_ahead(path, text)
     except Exception:  # (a cache filled ahead: what fails here is computed when needed, or reported then)
         return

@@ -1,4 +1,8 @@
-"""Stage 1: compile the changed Python files in process."""
+"""Stage 1: compile the changed Python files in process.
+
+A file whose edit changed one function's body is compiled from the accepted state's code with that
+function compiled alone (ralph/domain/splice.py): the state's files are compiled ahead, while the
+drafter works (validators/read_ahead.py), and kept here by file name."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import time
 from pathlib import Path, PurePosixPath
 from types import CodeType
 
+from ralph.domain import splice
 from ralph.domain.results import Scope, StageResult
 from ralph.sandboxes.workspace import stat_and_read_beneath, write_beneath
 from ralph.validators.toolchain import Toolchain
@@ -27,6 +32,13 @@ class SyntaxValidator:
         self.project = toolchain.project
         self.write_bytecode = write_bytecode
 
+    def learn(self, path: str, text: str) -> None:
+        """Compile the accepted state's `path` (its `text`) ahead, for the candidates that edit it."""
+        filename = str(self.project / path)
+        if len(_BASES) < MAX_BASES or filename in _BASES:
+            with contextlib.suppress(SyntaxError, ValueError, MemoryError, RecursionError):
+                _BASES[filename] = splice.compiled(text.encode(), filename)
+
     def check(self, scope: Scope) -> StageResult:
         start = time.perf_counter()
         paths = [p for p in scope.paths or () if p.endswith(".py")]
@@ -37,9 +49,10 @@ class SyntaxValidator:
             if found is None:  # deleted, not a regular file, or reached through a link
                 continue
             stat, source = found
+            code = _spliced(str(file), source)
             try:
                 # optimize=0: the bytecode may serve the tests' imports, asserts included.
-                code = compile(source, str(file), "exec", dont_inherit=True, optimize=0)
+                code = code or compile(source, str(file), "exec", dont_inherit=True, optimize=0)
             # Nested too deep or too long to compile counts too: the project's interpreter refuses it.
             except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
                 line = getattr(exc, "lineno", None)
@@ -55,6 +68,22 @@ class SyntaxValidator:
             checked=[("syntax", p) for p in paths],
             syntax_errors=errors,
         )
+
+
+# The accepted state's files compiled ahead (`learn`), by file name: at most this many are kept.
+MAX_BASES = 512
+_BASES: dict[str, splice.Compiled] = {}
+
+
+def _spliced(filename: str, source: bytes) -> CodeType | None:
+    """`source` compiled from the state's code where its edit allows (else None: compile it)."""
+    base = _BASES.get(filename)
+    if base is None:
+        return None
+    try:
+        return splice.spliced(base, source)
+    except Exception:  # (never a verdict: the whole text is compiled instead)
+        return None
 
 
 def write_pyc(project: Path, path: str, code: CodeType, stat: os.stat_result) -> None:
