@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from types import CodeType
 
+from ralph.domain import pyast
+
 # The compiler flags the `__future__` imports set (they change how a body compiles).
 FUTURE_FLAGS = 0
 for _name in __future__.all_feature_names:
@@ -62,7 +64,7 @@ def compiled(source: bytes, filename: str) -> Compiled:
     code = compile(source, filename, "exec", dont_inherit=True, optimize=0)
     if source.startswith(b"\xef\xbb\xbf") or any(_CODING.match(x) for x in source.split(b"\n", 2)[:2]):
         return Compiled(source, filename, code, ())
-    tree = ast.parse(source, filename)
+    tree = pyast.parse(source, filename)
     return Compiled(source, filename, code, tuple(_bodies(tree.body, ())), _imported(tree.body))
 
 
@@ -151,7 +153,7 @@ def _alone(target: Body, lines: list[bytes], base: Compiled, flags: int) -> list
     text += b"".join(b" " * column + b"class " + name.encode() + b":\n" for name, _, column in target.classes)
     text += b"".join(lines[target.start - 1 : target.end])
     try:
-        tree = ast.parse(text, filename)
+        tree = pyast.parse(text, filename)
         node: ast.AST = tree
         if base.imported:
             tree.body = tree.body[1:]
