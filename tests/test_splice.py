@@ -40,15 +40,14 @@ CORPUS = [
 def _difference(a: CodeType, b: CodeType, where: str = "") -> str | None:
     """Where two code objects differ in anything a compile sets (None: nowhere), nested code too."""
     where = f"{where}/{a.co_name}"
+    skipped = ("co_lines", "co_positions", "co_lnotab", "co_consts")
     for attribute in dir(a):
-        if attribute.startswith("co_") and attribute not in (
-            "co_lines",
-            "co_positions",
-            "co_lnotab",
-            "co_consts",
+        if (
+            attribute.startswith("co_")
+            and attribute not in skipped
+            and getattr(a, attribute) != getattr(b, attribute)
         ):
-            if getattr(a, attribute) != getattr(b, attribute):
-                return f"{where}.{attribute}"
+            return f"{where}.{attribute}"
     if len(a.co_consts) != len(b.co_consts):
         return f"{where}: constants"
     for x, y in zip(a.co_consts, b.co_consts, strict=True):
@@ -238,3 +237,14 @@ def test_the_syntax_stage_leaves_the_spliced_code_where_the_tests_import_it(
     module.write_text(source.replace("return x * 2", "return x *"))
     broken = validator.check(Scope(paths=("pkg/calc.py",)))
     assert not broken.ok and "pkg/calc.py:9" in broken.detail
+
+
+def test_the_files_compiled_ahead_are_the_last_ones_learnt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(syntax, "_BASES", {})
+    monkeypatch.setattr(syntax, "MAX_BASES", 2)
+    validator = SyntaxValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
+    for name in ("a", "b", "c"):
+        validator.learn(f"{name}.py", f"def {name}():\n    return 1\n")
+    validator.learn("broken.py", "def f(:\n")  # (no code to splice into: compiled whole when edited)
+    validator.learn("b.py", "def b():\n    return 2\n")
+    assert list(syntax._BASES) == [str(tmp_path / "c.py"), str(tmp_path / "b.py")]

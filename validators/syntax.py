@@ -35,9 +35,13 @@ class SyntaxValidator:
     def learn(self, path: str, text: str) -> None:
         """Compile the accepted state's `path` (its `text`) ahead, for the candidates that edit it."""
         filename = str(self.project / path)
-        if len(_BASES) < MAX_BASES or filename in _BASES:
-            with contextlib.suppress(SyntaxError, ValueError, MemoryError, RecursionError):
-                _BASES[filename] = splice.compiled(text.encode(), filename)
+        with contextlib.suppress(SyntaxError, ValueError, MemoryError, RecursionError):
+            base = splice.compiled(text.encode(), filename)
+            _BASES.pop(filename, None)
+            while len(_BASES) >= MAX_BASES:  # the oldest learnt goes
+                with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                    _BASES.pop(next(iter(_BASES)))
+            _BASES[filename] = base
 
     def check(self, scope: Scope) -> StageResult:
         start = time.perf_counter()
@@ -70,7 +74,7 @@ class SyntaxValidator:
         )
 
 
-# The accepted state's files compiled ahead (`learn`), by file name: at most this many are kept.
+# The accepted state's files compiled ahead (`learn`), by file name: the last this many learnt.
 MAX_BASES = 512
 _BASES: dict[str, splice.Compiled] = {}
 
