@@ -223,26 +223,6 @@ def test_a_planted_nested_ruff_config_is_never_read_by_the_host(tmp_path):
     assert "F401" in result.stdout  # the project's own settings still apply
 
 
-def test_ruff_judges_the_candidate_as_it_was_when_ruff_started_not_what_its_tests_write_beside_it(tmp_path):
-    """The targeted tests run beside ruff (`Step.lead`): a candidate whose import rewrites its own
-    file into clean code while ruff works must still meet ruff on what it was."""
-    from ralph.domain.results import Scope
-    from ralph.sandboxes.local import LocalSandbox
-    from ralph.validators.ruff import RuffValidator
-    from ralph.validators.toolchain import Toolchain
-
-    module = tmp_path / "m.py"
-    module.write_text("def f():\n    return undefined_name\n")
-    ruff = RuffValidator(Toolchain(PY, LocalSandbox(), tmp_path))
-    assert ruff.reads_at_start(["m.py"]) and not ruff.reads_at_start([f"m{i}.py" for i in range(9)])
-    finish = ruff.start(Scope(paths=("m.py",)))
-    module.write_text("def f():\n    return 1\n")  # (what a hostile test would write)
-    result = finish()
-    assert not result.ok and [d.code for d in result.diagnostics] == ["F821"]
-    assert [d.path for d in result.diagnostics] == ["m.py"]
-    assert ruff.start(Scope(paths=("m.py",)))().ok  # (the file as it is now is clean)
-
-
 # Through the real entry point, as a user runs it
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ralph.domain.candidate import Candidate, FileChange
-from ralph.domain.results import Diagnostic, StageResult, TestResult
+from ralph.domain.results import StageResult, TestResult
 from ralph.domain.score import Observation, Score, score
 from ralph.validators.coverage import CoverageCache
 from ralph.validators.failed_first import RecentFailures
@@ -142,91 +142,6 @@ def test_an_unwanted_stage_does_not_run_and_a_repair_replaces_the_attempt() -> N
     broken, final = run_sequence((step,), attempt())
     assert broken is None and final is repaired
     assert log == ["lint"]
-
-
-class Lint(StartedStage):
-    """A started stage that reads what it checks when it starts (or not), with a verdict given."""
-
-    def __init__(self, log: list[str], ok: bool = True, reads: bool = True) -> None:
-        self.name, self.log, self.ok, self.reads = "lint", log, ok, reads
-
-    def reads_at_start(self, attempt: Attempt) -> bool:
-        return self.reads
-
-    def start(self, attempt: Attempt) -> Callable[[], StageResult]:
-        self.log.append("lint started")
-
-        def finish() -> StageResult:
-            self.log.append("lint collected")
-            found = [] if self.ok else [Diagnostic("ruff", "m.py", 1, "F821", "undefined name")]
-            return StageResult(
-                "lint", ok=self.ok, duration_ms=0.0, diagnostics=found, checked=[("ruff", "m.py")]
-            )
-
-        return finish
-
-
-def _leading(
-    log: list[str], lint: Lint, tests: dict[str, str], syntax_error: str | None = None
-) -> tuple[Step, ...]:
-    return (
-        Step((Fixed("syntax", error=syntax_error, log=log), lint), lead=True),
-        Step((Fixed("tests", tests, log=log),), must_improve="no improvement"),
-        Step((Fixed("settled", log=log),)),
-    )
-
-
-def test_a_leading_step_runs_the_next_beside_its_started_stage_and_its_verdict_comes_first() -> None:
-    log: list[str] = []
-    broken, run = run_sequence(_leading(log, Lint(log), {"t::fails": "passed"}), attempt())
-    assert broken is None
-    assert log == ["lint started", "syntax", "tests", "lint collected", "settled"]
-    assert [s.stage for s in run.stages] == ["syntax", "lint", "tests", "settled"]  # (merged in order)
-    # ruff's objection is the verdict, though the tests ran and improved.
-    log = []
-    broken, run = run_sequence(_leading(log, Lint(log, ok=False), {"t::fails": "passed"}), attempt())
-    assert broken is not None and broken.failed_stage == "lint"
-    assert log == ["lint started", "syntax", "tests", "lint collected"]
-    assert [s.stage for s in run.stages] == ["syntax", "lint"]  # (the tests' results never merged)
-    # The next step's own rejection comes once the leading step's verdict is in.
-    log = []
-    broken, _ = run_sequence(_leading(log, Lint(log), {"t::fails": "failed"}), attempt())
-    assert broken is not None and broken.reason == "no improvement"
-    assert log == ["lint started", "syntax", "tests", "lint collected"]
-
-
-def test_a_leading_step_runs_nothing_ahead_of_a_failed_compile_or_a_stage_that_reads_late() -> None:
-    log: list[str] = []
-    broken, _ = run_sequence(_leading(log, Lint(log), {}, syntax_error="SyntaxError"), attempt())
-    assert broken is not None and log == ["lint started", "syntax", "lint collected"]  # (no tests ran)
-    log = []
-    run_sequence(_leading(log, Lint(log, reads=False), {"t::fails": "passed"}), attempt())
-    assert log == ["lint started", "syntax", "lint collected", "tests", "settled"]
-
-
-def test_a_repair_after_the_tests_ran_ahead_starts_from_the_candidate_put_back_and_runs_them_again() -> None:
-    def steps(log: list[str], resets: list[tuple[FileChange, ...]]) -> tuple[Step, ...]:
-        def repair(a: Attempt) -> Attempt:
-            log.append(f"repair after {len(resets)} put back")
-            return repaired
-
-        return (
-            Step((Fixed("syntax", log=log), Lint(log, ok=False)), lead=True, repair=repair),
-            Step((Fixed("tests", {"t::fails": "passed"}, log=log),)),
-        )
-
-    log: list[str] = []
-    resets: list[tuple[FileChange, ...]] = []
-    run, repaired = attempt(), attempt()
-    run.reset = lambda changes: resets.append(tuple(changes))
-    broken, final = run_sequence(steps(log, resets), run)
-    assert broken is None and final is repaired
-    assert log == ["lint started", "syntax", "tests", "lint collected", "repair after 1 put back", "tests"]
-    assert resets == [run.candidate.changes]
-    # Nothing to put it back with: the tests wait for the leading step's verdict.
-    log, resets = [], []
-    run_sequence(steps(log, resets), attempt())
-    assert log == ["lint started", "syntax", "lint collected", "repair after 0 put back", "tests"]
 
 
 def test_failed_first_keeps_the_latest_fast_failures() -> None:

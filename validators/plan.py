@@ -79,8 +79,7 @@ STAGES: tuple[Entry, ...] = (
 
 # Each step's order and what it does besides running its stages.
 STEPS: dict[str, Step] = {
-    # The targeted tests run beside ruff and the format, once the compile passed (`Step.lead`).
-    "static": Step((), lead=True),
+    "static": Step(()),
     "targeted": Step((), must_improve="no improvement on the targeted checks"),
     "settled": Step((), before=put_back),
     "probe": Step(()),
@@ -134,8 +133,4 @@ def _detection(tools: Tools) -> tuple[Step, ...]:
     """Syntax and ruff, the selected tests in the warm runner, the type checker. A regressing
     mutant is rejected, never formatted: the detection has no format stage."""
     checks = (SyntaxStage(tools.syntax), LintStage(tools.ruff))
-    return (
-        Step(checks, lead=True),
-        Step((SelectedTestsStage(tools.tests),)),
-        Step((TypesStage(settled=True),)),
-    )
+    return (Step(checks), Step((SelectedTestsStage(tools.tests),)), Step((TypesStage(settled=True),)))

@@ -19,13 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ralph.domain.results import Diagnostic, ProcessResult, Scope, StageResult
-from ralph.sandboxes.workspace import stat_and_read_beneath
 from ralph.validators.toolchain import Toolchain, project_relative, ruff_bin
 
 # ruff's default rule selection before 0.16 widened it (pyflakes and the error-level pycodestyle rules).
 DEFAULT_RULES = ("E4", "E7", "E9", "F")
-# A candidate of at most this many Python files has each given to ruff on its stdin (`reads_at_start`).
-STDIN_FILES = 8
 _CONFIGS = ("ruff.toml", ".ruff.toml")
 
 
@@ -90,9 +87,7 @@ class RuffValidator:
         return self.start(scope)()
 
     def start(self, scope: Scope) -> Callable[[], StageResult]:
-        """Start ruff and return at once; calling the result waits for ruff's findings. A
-        candidate's few files are each read now and given to ruff on its stdin (`reads_at_start`):
-        what ruff judges is what they held when it started, whatever runs beside it."""
+        """Start ruff and return at once; calling the result waits for ruff's findings."""
         start = time.perf_counter()
         paths = [p for p in scope.paths if p.endswith((".py", ".pyi"))] if scope.paths is not None else None
         if paths == [] or not self.enabled:
@@ -102,40 +97,9 @@ class RuffValidator:
         # A few files gain nothing from ruff's thread pool (docs/measurements.md), and the
         # candidate's tests may be running beside it.
         env = {"RAYON_NUM_THREADS": "1"} if paths is not None else None
-        texts = self._texts(paths) if paths is not None and self.reads_at_start(paths) else None
-        if texts is not None:
-            running = [
-                self.toolchain.tools.start(
-                    [*argv, f"--stdin-filename={p}", "-"],
-                    cwd=str(self.toolchain.project),
-                    env=env,
-                    stdin=text,
-                )
-                for p, text in texts.items()
-            ]
-            return lambda: self._findings([r.wait(scope.timeout_s) for r in running], paths, start)
         # `--`: a file named like an option (`--config=...py`) is a file, never a setting.
-        whole = self.toolchain.start_tool([*argv, "--", *(paths or ["."])], env=env)
-        return lambda: self._findings([whole.wait(scope.timeout_s)], paths, start)
-
-    def _texts(self, paths: Sequence[str]) -> dict[str, str] | None:
-        """Each file's text as it is now; None where one is gone, not a regular file or not UTF-8
-        (ruff reads them itself then)."""
-        texts = {}
-        for path in paths:
-            found = stat_and_read_beneath(self.toolchain.project, path)
-            if found is None:
-                return None
-            try:
-                texts[path] = found[1].decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-        return texts
-
-    @staticmethod
-    def reads_at_start(paths: Sequence[str]) -> bool:
-        """Whether ruff is given these files' texts as they are when it starts (a few files)."""
-        return 0 < len([p for p in paths if p.endswith((".py", ".pyi"))]) <= STDIN_FILES
+        running = self.toolchain.start_tool([*argv, "--", *(paths or ["."])], env=env)
+        return lambda: self._findings(running.wait(scope.timeout_s), paths, start)
 
     def fix_only(self, paths: Sequence[str], codes: Sequence[str], timeout_s: float = 60.0) -> bool:
         """Apply ruff's safe fixes for these rule `codes` (only) to these files in place; whether
@@ -148,26 +112,19 @@ class RuffValidator:
         )
         return result.ok
 
-    def _findings(self, results: list[ProcessResult], paths: list[str] | None, start: float) -> StageResult:
+    def _findings(self, result: ProcessResult, paths: list[str] | None, start: float) -> StageResult:
         elapsed = (time.perf_counter() - start) * 1000
-        raw: list = []
-        failed = None
-        for result in results:
-            found = None
-            if result.ok:
-                try:
-                    found = json.loads(result.output[result.output.index("[") :])
-                except ValueError:
-                    found = None
-            if not isinstance(found, list):
-                failed = result
-                break
-            raw += found
-        if failed is not None:
+        raw = None
+        if result.ok:
+            try:
+                raw = json.loads(result.output[result.output.index("[") :])
+            except ValueError:
+                raw = None
+        if not isinstance(raw, list):
             why = (
                 "timed out"
-                if failed.timed_out
-                else f"exit {failed.returncode}: {failed.output.strip()[-300:]}"
+                if result.timed_out
+                else f"exit {result.returncode}: {result.output.strip()[-300:]}"
             )
             return StageResult(
                 self.name,

@@ -140,62 +140,33 @@ class Step:
     """Stages that run together. `before`: what is done first (the workspace put back); `repair`:
     a second chance when the step fails (ruff's safe fixes), returning the attempt to go on with;
     `must_improve`: the reason a candidate is rejected with when, after the step, its remaining
-    error is not below the accepted state's; `lead`: once its stages run in line have passed (the
-    compile), the next step runs while its started ones (ruff, reading what they check when they
-    start) finish, and its verdict still comes first."""
+    error is not below the accepted state's."""
 
     stages: tuple[Stage, ...]
     before: Callable[[Attempt], None] | None = None
     repair: Repair | None = None
     must_improve: str | None = None
     blame: str | None = None  # the failed stage named for `must_improve`
-    lead: bool = False
-
-
-@dataclass
-class _Running:
-    """A step whose stages run in line have finished and whose started ones may still run."""
-
-    stages: list[Stage]
-    results: dict[int, StageResult]
-    started: dict[int, Callable[[], StageResult]]
-    reads_at_start: bool  # every started stage took what it checks when it started
-
-    def passed_so_far(self) -> bool:
-        return all(r.ok and r.error is None for r in self.results.values())
-
-    def collect(self) -> list[StageResult]:
-        """Every stage's result, in declared order (the started ones waited for)."""
-        for i, finish in self.started.items():
-            self.results[i] = finish()
-        self.started = {}
-        return [self.results[i] for i in range(len(self.stages))]
 
 
 def run_step(step: Step, attempt: Attempt) -> VerifyReport | None:
     """Run a step's wanted stages (a started one first, the rest inline or in threads) and merge
     their results in declared order."""
-    running = _begin(step, attempt)
-    return attempt.merge(running.collect()) if running.stages else None
-
-
-def _begin(step: Step, attempt: Attempt) -> _Running:
     stages = [s for s in step.stages if s.wanted(attempt)]
     started = {i: _start(s, attempt) for i, s in enumerate(stages) if isinstance(s, StartedStage)}
-    reads = all(s.reads_at_start(attempt) for s in stages if isinstance(s, StartedStage))
-    running = _Running(stages, {}, started, reads)
     inline = [(i, s) for i, s in enumerate(stages) if i not in started]
+    results: dict[int, StageResult] = {}
     try:
         if len(inline) == 1:
-            running.results[inline[0][0]] = _run(inline[0][1], attempt)
+            results[inline[0][0]] = _run(inline[0][1], attempt)
         elif inline:
             with ThreadPoolExecutor(max_workers=len(inline)) as pool:
                 futures = {i: pool.submit(_run, s, attempt) for i, s in inline}
-                running.results.update({i: f.result() for i, f in futures.items()})
-    except BaseException:
-        running.collect()  # (always waited for, and its files closed)
-        raise
-    return running
+                results.update({i: f.result() for i, f in futures.items()})
+    finally:
+        for i, finish in started.items():  # always waited for (and its files closed)
+            results[i] = finish()
+    return attempt.merge([results[i] for i in range(len(stages))]) if stages else None
 
 
 # A validator that crashes (on what a candidate left, say) fails that candidate, not the run: its
@@ -232,62 +203,22 @@ def _start(stage: StartedStage, attempt: Attempt) -> Callable[[], StageResult]:
 
 def run_sequence(steps: Sequence[Step], attempt: Attempt) -> tuple[VerifyReport | None, Attempt]:
     """The steps in order until one rejects the candidate: (that rejection or None, the attempt as
-    it ended, which a repair may have replaced). A leading step's next step runs beside its started
-    stages (`Step.lead`) and is merged after it, as if it had run after it."""
-    index = 0
-    while index < len(steps):
-        step = steps[index]
-        _announce(step, attempt)
-        running = _begin(step, attempt)
-        ahead = _ahead(step, steps[index + 1] if index + 1 < len(steps) else None, running, attempt)
-        broken = attempt.merge(running.collect()) if running.stages else None
-        if broken is not None and ahead is not None:
-            ahead.collect()  # (its verdict is not this candidate's: the step before it failed)
-            ahead = None
-            if step.repair is not None:
-                put_back(attempt)  # what its tests wrote is no part of what the repair amends
+    it ended, which a repair may have replaced)."""
+    for step in steps:
+        if step.before is not None:
+            step.before(attempt)
+        if attempt.progress is not None:
+            names = [s.name for s in step.stages if s.wanted(attempt)]
+            if names:
+                attempt.progress(" + ".join(dict.fromkeys(names)))
+        broken = run_step(step, attempt)
         if broken is not None and step.repair is not None and (repaired := step.repair(attempt)):
             attempt, broken = repaired, None
         if broken is not None:
             return broken, attempt
         if step.must_improve is not None and attempt.remaining >= attempt.before:
-            if ahead is not None:
-                ahead.collect()
             return attempt.report(False, step.must_improve, failed_stage=step.blame), attempt
-        index += 1
-        if ahead is None:
-            continue
-        step = steps[index]
-        broken = attempt.merge(ahead.collect()) if ahead.stages else None
-        if broken is not None:
-            return broken, attempt
-        if step.must_improve is not None and attempt.remaining >= attempt.before:
-            return attempt.report(False, step.must_improve, failed_stage=step.blame), attempt
-        index += 1
     return None, attempt
-
-
-def _announce(step: Step, attempt: Attempt) -> None:
-    if step.before is not None:
-        step.before(attempt)
-    if attempt.progress is not None:
-        names = [s.name for s in step.stages if s.wanted(attempt)]
-        if names:
-            attempt.progress(" + ".join(dict.fromkeys(names)))
-
-
-def _ahead(step: Step, following: Step | None, running: _Running, attempt: Attempt) -> _Running | None:
-    """`following` begun while `step`'s started stages finish, where `step` leads, what it ran in
-    line passed, its started stages read what they check when they started, and `following` needs
-    no workspace put back first and has no repair; else None."""
-    if not step.lead or following is None or following.before is not None or following.repair is not None:
-        return None
-    if not running.started or not running.reads_at_start or not running.passed_so_far():
-        return None
-    if step.repair is not None and attempt.reset is None:
-        return None  # (a repair must start from the candidate as applied: nothing to put it back with)
-    _announce(following, attempt)
-    return _begin(following, attempt)
 
 
 def put_back(attempt: Attempt) -> None:
@@ -304,11 +235,6 @@ class StartedStage:
 
     def wanted(self, attempt: Attempt) -> bool:
         return True
-
-    def reads_at_start(self, attempt: Attempt) -> bool:
-        """Whether what it checks is read when it starts (nothing that runs beside it can change
-        its verdict): a leading step's next step may run beside it then (`Step.lead`)."""
-        return False
 
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         raise NotImplementedError
@@ -340,9 +266,6 @@ class LintStage(StartedStage):
 
     validator: RuffValidator
     name: str = "ruff"
-
-    def reads_at_start(self, attempt: Attempt) -> bool:
-        return self.validator.reads_at_start(attempt.paths)
 
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         return self.validator.start(Scope(paths=attempt.paths))
@@ -388,9 +311,6 @@ class FormatStage(StartedStage):
 
     def wanted(self, attempt: Attempt) -> bool:
         return self.validator.enabled
-
-    def reads_at_start(self, attempt: Attempt) -> bool:
-        return True  # (the candidate's texts, given to `ruff format` on its stdin)
 
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         return self.validator.start(attempt.candidate.changes)
