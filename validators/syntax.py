@@ -35,7 +35,7 @@ class SyntaxValidator:
     def learn(self, path: str, text: str) -> None:
         """Compile the accepted state's `path` (its `text`) ahead, for the candidates that edit it."""
         filename = str(self.project / path)
-        with contextlib.suppress(SyntaxError, ValueError, MemoryError, RecursionError):
+        with contextlib.suppress(SyntaxError, ValueError, MemoryError, RecursionError, SystemError):
             base = splice.compiled(text.encode(), filename)
             _BASES.pop(filename, None)
             while len(_BASES) >= MAX_BASES:  # the oldest learnt goes

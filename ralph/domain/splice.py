@@ -20,6 +20,7 @@ import __future__
 
 import ast
 import re
+import sys
 from dataclasses import dataclass
 from types import CodeType
 
@@ -62,9 +63,14 @@ class Compiled:
 def compiled(source: bytes, filename: str) -> Compiled:
     """Compile `source` as the import system does (SyntaxError, ValueError... as `compile` raises)."""
     code = compile(source, filename, "exec", dont_inherit=True, optimize=0)
-    if source.startswith(b"\xef\xbb\xbf") or any(_CODING.match(x) for x in source.split(b"\n", 2)[:2]):
+    # (a declaration on line 2 after a bare `\r` counts too: the tokenizer reads it as a line break)
+    if source.startswith(b"\xef\xbb\xbf") or any(_CODING.match(x) for x in source.splitlines()[:2]):
         return Compiled(source, filename, code, ())
     tree = pyast.parse(source, filename)
+    # A generic class or function anywhere: 3.12 releases before CPython gh-119395 mangle the names
+    # of the code after a generic class with its name, which no stand-in text holds.
+    if sys.version_info >= (3, 12) and _generic(tree.body):
+        return Compiled(source, filename, code, ())
     return Compiled(source, filename, code, tuple(_bodies(tree.body, ())), _imported(tree.body))
 
 
@@ -86,11 +92,24 @@ def _imported(statements: list[ast.stmt]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def _generic(statements: list[ast.stmt]) -> bool:
+    """Whether a statement anywhere declares type parameters (`class C[T]`, `def f[T]`, `type A[T]`)."""
+    todo: list[ast.AST] = list(statements)
+    while todo:
+        node = todo.pop()
+        if getattr(node, "type_params", None):
+            return True
+        todo.extend(
+            n
+            for n in ast.iter_child_nodes(node)
+            if isinstance(n, ast.stmt | ast.excepthandler | ast.match_case)
+        )
+    return False
+
+
 def _bodies(statements: list[ast.stmt], classes: tuple[tuple[str, int, int], ...]) -> list[Body]:
     found: list[Body] = []
     for node in statements:
-        if getattr(node, "type_params", None):  # (an annotation scope of its own holds the code)
-            continue
         if isinstance(node, ast.ClassDef):
             start = min([node.lineno] + [n.lineno for n in node.decorator_list])
             found += _bodies(node.body, (*classes, (node.name, start, node.col_offset)))
@@ -165,6 +184,9 @@ def _alone(target: Body, lines: list[bytes], base: Compiled, flags: int) -> list
         inner = node.body  # type: ignore[attr-defined]
         kind = ast.AsyncFunctionDef if target.is_async else ast.FunctionDef
         if len(inner) != 1 or type(inner[0]) is not kind or inner[0].name != target.name:
+            return None
+        # A `global` in the body changes how the module's own code stores and loads that name.
+        if any(isinstance(n, ast.Global) for n in ast.walk(inner[0])):
             return None
         code = compile(text, filename, "exec", flags=flags, dont_inherit=True, optimize=0)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
