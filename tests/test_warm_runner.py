@@ -331,6 +331,82 @@ def test_a_readied_child_reports_a_missing_test_as_pytest_does(validator):
     assert validator.warm.readied == 1 and codes == [4, 4]
 
 
+def test_a_test_module_read_back_from_pytests_cache_keeps_its_rewritten_asserts(validator, project):
+    # The worker's children read pytest's cached code in one call (`_whole_file_cache_reads`).
+    write_files(
+        project,
+        {
+            "tests/test_reads.py": (
+                "import io, marshal, sys\n\n\n"
+                "class Counting(io.BytesIO):\n"
+                "    calls = 0\n\n"
+                "    def read(self, *args):\n"
+                "        Counting.calls += 1\n        return super().read(*args)\n\n"
+                "    def readinto(self, buffer):\n"
+                "        Counting.calls += 1\n        return super().readinto(buffer)\n\n\n"
+                "def test_one_read():\n"
+                "    data = marshal.dumps(compile('x = [1, (2, 3), \"four\"]', 'f', 'exec'))\n"
+                "    rewrite = sys.modules['_pytest.assertion.rewrite']\n"
+                "    assert rewrite.marshal.load(Counting(data)) == marshal.loads(data)\n"
+                "    assert Counting.calls == 1\n"
+            ),
+        },
+    )
+    scope = Scope(tests=("tests/test_lib.py::test_wrong", "tests/test_reads.py::test_one_read"))
+    for _ in range(2):  # the second run imports both modules from the cache the first one wrote
+        result = validator.check(scope)
+        assert outcomes(result) == {"test_wrong": "failed", "test_one_read": "passed"}, result.detail
+        assert "assert 42 == 41" in next(t.message for t in result.tests if t.failing)
+    assert list((project / "tests" / "__pycache__").glob("test_lib.*-pytest-*.pyc"))
+
+
+def test_a_run_naming_tests_asks_about_no_file_beside_the_ones_it_names(tmp_path: Path):
+    # The conftest logs each file pytest asks its plugins to collect.
+    write_files(
+        tmp_path,
+        {
+            "tests/conftest.py": (
+                "def pytest_collect_file(file_path, parent):\n"
+                "    with open('asked.log', 'a') as f:\n"
+                "        f.write(file_path.name + '\\n')\n"
+            ),
+            "tests/test_a.py": "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n",
+            "tests/test_b.py": "def test_b():\n    pass\n",
+            "tests/data.txt": "",
+            "tests/sub/test_c.py": "def test_c():\n    pass\n",
+            "tests/sub/test_d.py": "def test_d():\n    pass\n",
+            "other/test_e.py": "def test_e():\n    pass\n",
+        },
+    )
+    validator = PytestValidator(Toolchain(sys.executable, LocalSandbox(), tmp_path))
+    log = tmp_path / "asked.log"
+    result = validator.check(Scope(tests=("tests/test_a.py::test_one",)))
+    assert outcomes(result) == {"test_one": "passed"}
+    assert log.read_text().split() == ["test_a.py"]
+    # A directory named is collected whole, as pytest would; files beside it are not asked about.
+    log.unlink()
+    result = validator.check(Scope(tests=("tests/sub", "tests/test_a.py::test_two")))
+    assert outcomes(result) == {"test_two": "passed", "test_c": "passed", "test_d": "passed"}
+    assert sorted(log.read_text().split()) == ["test_a.py", "test_c.py", "test_d.py"]
+    # And a run naming nothing collects everything.
+    log.unlink()
+    result = validator.check(Scope(tests=()))
+    assert len(result.tests) == 6, result.detail
+    assert {"test_b.py", "data.txt"} <= set(log.read_text().split())  # (the conftest is in tests/)
+    # So does a warm child, and one readied before it knew the tests (the second).
+    validator.warm = WarmRunner(validator.toolchain)
+    try:
+        for _ in range(2):
+            log.unlink()
+            result = validator.check(Scope(tests=("tests/test_a.py::test_one",)), exitfirst=True)
+            validator.warm.restored(clean=True)
+            assert outcomes(result) == {"test_one": "passed"}
+            assert log.read_text().split() == ["test_a.py"]
+        assert validator.warm.readied == 1
+    finally:
+        validator.warm.close()
+
+
 @pytest.mark.slow
 def test_a_run_naming_its_tests_builds_items_for_those_alone(tmp_path: Path):
     # Each function the run builds items for is parametrized through the hook, which logs its name.

@@ -713,6 +713,34 @@ def _named_tests(session) -> tuple[frozenset[str], frozenset[str], frozenset[str
     return _named[1], _named[2], _named[3]
 
 
+def _ignore_collect(collection_path, config):
+    """What lies outside every path the run names, and above none of them, is not collected:
+    pytest makes a collector for each entry of each directory on its way to a named file (checking
+    each against the ignore settings) only to drop it, a few ms of a one-test run
+    (docs/measurements.md). Anything else is pytest's to decide."""
+    initial = getattr(_session, "_initialpaths", None)
+    if _session is None or _session.config is not config or not initial:
+        return None
+    if collection_path in initial or collection_path in getattr(_session, "_initialpaths_with_parents", ()):
+        return None
+    global _initial_text
+    if _initial_text[0] is not initial:
+        _initial_text = (initial, frozenset(map(str, initial)))
+    text, named = str(collection_path), _initial_text[1]
+    while (parent := os.path.dirname(text)) != text:  # (below a path named: collected)
+        if parent in named:
+            return None
+        text = parent
+    return True
+
+
+_initial_text: tuple[object, frozenset[str]] = (None, frozenset())
+
+
+if int(pytest.__version__.split(".")[0]) >= 7:  # (its `collection_path` argument came in pytest 7)
+    pytest_ignore_collect = pytest.hookimpl(tryfirst=True)(_ignore_collect)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
     """A run that names its tests by id builds items for those alone: pytest would build (and
