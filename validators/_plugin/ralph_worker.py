@@ -68,8 +68,8 @@ def _preload(modules: list[str]) -> list[str]:
 
 def _whole_file_cache_reads() -> None:
     """pytest's assertion rewriter reads a test module's cached code with `marshal.load(file)`,
-    which takes the file a few bytes at a time through the file object: ~4 ms for tabulate's
-    test_output.py against ~0.4 ms for the same bytes read at once (docs/measurements.md). Its
+    which takes the file a few bytes at a time through the file object: ~3.5 ms for tabulate's
+    test_output.py against ~0.5 ms for the same bytes read at once (docs/measurements.md). Its
     `marshal` becomes one whose `load` reads the rest of the file in one call: the same bytes give
     the same code or the same error."""
     rewrite = sys.modules.get("_pytest.assertion.rewrite")
