@@ -229,6 +229,7 @@ class Workspace:
         self.subdir = subdir
         self._mtimes: dict[str, int] = {}
         self._state: dict[tuple[str, ...], _Entry] | None = None
+        self._tree: dict[tuple[str, ...], dict[str, _Entry]] | None = None  # `_children`'s
         # Whether a restore had to put back something other than the edit's own files (and bytecode):
         # then a process may have read what a candidate's tests wrote (see `take_foreign`).
         self._foreign = False
@@ -334,7 +335,7 @@ class Workspace:
         (sockets and FIFOs the baseline's tests left are not part of a state)."""
         shutil.rmtree(self._pristine, ignore_errors=True)
         shutil.copytree(self.root, self._pristine, symlinks=True, ignore=_special_files)
-        self._state = dict(self._scan(()))
+        self._state, self._tree = dict(self._scan(())), None
 
     def accept(self, changes: Sequence[FileChange]) -> None:
         """The accepted state plus these changes is the new state; anything else the candidate's
@@ -342,6 +343,7 @@ class Workspace:
         host-only copy (its mode and mtime kept), whatever a test did to it."""
         if self._state is None:  # nothing captured: the workspace as it is is the state
             return
+        self._tree = None
         for change in changes:
             rel = self._rel(change.path)
             parts = safe_parts(rel)
@@ -400,10 +402,8 @@ class Workspace:
         fixed = 0
         if self._state is not None:
             self._own |= {safe_parts(self._rel(c.path)) for c in changes}
-            children: dict[tuple[str, ...], dict[str, _Entry]] = {(): {}}
-            for parts, entry in self._state.items():
-                children.setdefault(parts[:-1], {})[parts[-1]] = entry
-            fixed = self._restore_dir((), children)
+            with open_dir(self.root, ()) as fd:
+                fixed = self._restore_dir((), self._children(), fd)
         if changes:
             self.apply(changes)
         return fixed
@@ -440,34 +440,58 @@ class Workspace:
                     yield path, _Entry("file", _key(info))
                 # sockets, FIFOs, devices: never part of a state
 
-    def _restore_dir(self, parts: tuple[str, ...], children: dict[tuple[str, ...], dict[str, _Entry]]) -> int:
+    def _children(self) -> dict[tuple[str, ...], dict[str, _Entry]]:
+        """The accepted state by directory (each directory's entries by name), kept between restores."""
+        if self._tree is None:
+            assert self._state is not None
+            tree: dict[tuple[str, ...], dict[str, _Entry]] = {(): {}}
+            for parts, entry in self._state.items():
+                tree.setdefault(parts[:-1], {})[parts[-1]] = entry
+            self._tree = tree
+        return self._tree
+
+    def _restore_dir(
+        self, parts: tuple[str, ...], children: dict[tuple[str, ...], dict[str, _Entry]], fd: int
+    ) -> int:
+        """Put back the directory `parts`, open as `fd`, and everything below it (each directory
+        opened from its parent's descriptor, following no link)."""
         fixed = 0
         wanted = children.get(parts, {})
-        with open_dir(self.root, parts, create=True, owner=self.owner) as fd:
-            with os.scandir(fd) as it:
-                present = {e.name: e.stat(follow_symlinks=False) for e in it}
-            for name, info in present.items():
-                entry = wanted.get(name)
-                if entry is not None and entry.kind == "dir" and stat.S_ISDIR(info.st_mode):
-                    if stat.S_IMODE(info.st_mode) != entry.key[0]:  # a test's chmod: put it back
-                        _chmod_dir(name, entry.key[0], fd)
-                        fixed += 1
-                        self._fixing((*parts, name))
-                    continue
-                if entry is None or not _matches(entry, info, name, fd):
-                    _force_remove(name, fd)
+        with os.scandir(fd) as it:
+            present = {e.name: e.stat(follow_symlinks=False) for e in it}
+        for name, info in present.items():
+            entry = wanted.get(name)
+            if entry is not None and entry.kind == "file" and _key(info) == entry.key:
+                continue  # (the common case, first: a file's key holds its mode, a regular file's)
+            if entry is not None and entry.kind == "dir" and stat.S_ISDIR(info.st_mode):
+                if stat.S_IMODE(info.st_mode) != entry.key[0]:  # a test's chmod: put it back
+                    _chmod_dir(name, entry.key[0], fd)
                     fixed += 1
                     self._fixing((*parts, name))
-                    if entry is not None:
-                        self._put((*parts, name), entry, fd, name)
-            for name, entry in wanted.items():
-                path = (*parts, name)
-                if name not in present:
-                    fixed += 1
-                    self._fixing(path)
-                    self._put(path, entry, fd, name)
-                if entry.kind == "dir":
-                    fixed += self._restore_dir(path, children)
+                continue
+            if entry is None or not _matches(entry, info, name, fd):
+                _force_remove(name, fd)
+                fixed += 1
+                self._fixing((*parts, name))
+                if entry is not None:
+                    self._put((*parts, name), entry, fd, name)
+        for name, entry in wanted.items():
+            path = (*parts, name)
+            if name not in present:
+                fixed += 1
+                self._fixing(path)
+                self._put(path, entry, fd, name)
+            if entry.kind == "dir":
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise UnsafePath(f"{name}: a symlink or not a directory on the way") from None
+                    raise
+                try:
+                    fixed += self._restore_dir(path, children, child)
+                finally:
+                    os.close(child)
         return fixed
 
     def _put(self, path: tuple[str, ...], entry: _Entry, dir_fd: int, name: str) -> None:
@@ -494,7 +518,10 @@ class Workspace:
             os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
             os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
             assert self._state is not None
-            self._state[path] = _Entry("file", _key(os.fstat(out.fileno())))
+            entry = _Entry("file", _key(os.fstat(out.fileno())))
+            self._state[path] = entry
+            if self._tree is not None:
+                self._tree.setdefault(path[:-1], {})[path[-1]] = entry
 
 
 def empty_dir(path: Path) -> None:
