@@ -512,6 +512,109 @@ def test_a_unittest_class_named_by_some_of_its_tests_builds_items_for_those_alon
         assert items == ["test_x", "test_y", "test_z"] and outcome == {gone: "error"}, gone
 
 
+def test_a_warm_child_finds_a_unittest_classs_fixtures_scanning_none_of_testcases_own_names(tmp_path: Path):
+    # The last test counts the names pytest's fixture scan reads off an instance of a bare TestCase.
+    write_files(
+        tmp_path,
+        {
+            "tests/test_fix.py": (
+                "import sys, unittest\n\nimport pytest\n\n\n"
+                "class Mixin:\n"
+                "    @pytest.fixture(autouse=True)\n"
+                "    def mixed(self):\n        self.mixed_in = True\n\n\n"
+                "class T(unittest.TestCase, Mixin):\n"
+                "    @pytest.fixture(autouse=True)\n"
+                "    def own(self):\n        self.owned = True\n\n"
+                "    def test_fixtures(self):\n"
+                "        assert self.owned and self.mixed_in\n"
+                "        assert '__dir__' not in vars(unittest.TestCase) and 'assertEqual' in dir(self)\n\n\n"
+                "class Listed(unittest.TestCase):\n"
+                "    def __dir__(self):\n        return [*super().__dir__(), 'extra']\n\n"
+                "    @pytest.fixture(autouse=True)\n"
+                "    def listed(self):\n        self.seen = True\n\n"
+                "    def test_listed(self):\n        assert self.seen and 'extra' in dir(self)\n\n\n"
+                "class Meta(type):\n"
+                "    run = property(lambda cls: None)  # (a class lookup finds this one)\n\n\n"
+                "def scanned(request, holder):\n"
+                "    fixtures, seen = sys.modules['_pytest.fixtures'], []\n"
+                "    original = fixtures.safe_getattr\n\n"
+                "    def counting(obj, name, *default):\n"
+                "        seen.append(name)\n        return original(obj, name, *default)\n\n"
+                "    fixtures.safe_getattr = counting\n"
+                "    try:\n"
+                "        request.session._fixturemanager.parsefactories(holder=holder, node=request.node)\n"
+                "    except TypeError:  # (pytest 8's signature)\n"
+                "        request.session._fixturemanager.parsefactories(holder, request.node.nodeid)\n"
+                "    finally:\n"
+                "        fixtures.safe_getattr = original\n"
+                "    return seen\n\n\n"
+                "def test_scan(request):\n"
+                "    class Probe(unittest.TestCase):\n"
+                "        def runTest(self):\n            pass\n\n"
+                "    class MetaProbe(unittest.TestCase, metaclass=Meta):\n"
+                "        def runTest(self):\n            pass\n\n"
+                "    seen = scanned(request, Probe())\n"
+                "    assert 'runTest' in seen and 'assertEqual' not in seen and '__eq__' not in seen\n"
+                "    seen = scanned(request, MetaProbe())\n"
+                "    assert 'run' in seen and 'assertEqual' not in seen\n"
+            ),
+        },
+    )
+    toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
+    validator = PytestValidator(toolchain)
+    tests = ("tests/test_fix.py::T::test_fixtures", "tests/test_fix.py::Listed::test_listed")
+    cold = outcomes(validator.check(Scope(tests=tests)))
+    assert cold == {"test_fixtures": "passed", "test_listed": "passed"}
+    validator.warm = WarmRunner(toolchain)
+    try:
+        for _ in range(2):  # a child forked on request, then one readied ahead
+            result = validator.check(Scope(tests=(*tests, "tests/test_fix.py::test_scan")), exitfirst=True)
+            validator.warm.restored(clean=True)
+            assert outcomes(result) == {**cold, "test_scan": "passed"}, result.detail
+        assert validator.warm.readied == 1
+    finally:
+        validator.warm.close()
+
+
+def test_a_warm_childs_imports_find_the_projects_literal_regexes_compiled(tmp_path: Path):
+    # The test module reads `re`'s cache before it imports the module that compiles them; a pattern
+    # that warns when compiled must still warn there. Beside them: a FIFO, a link to it and flags
+    # too deep to read, none of which may stop the worker from starting.
+    write_files(
+        tmp_path,
+        {
+            "lib.py": (
+                "import re\n\n"
+                "STAMP = re.compile(\n    r'^(?P<year>\\d{4})-ralph'  # joined\n    r'-(?P<n>\\d+)$',\n    re.I | re.M,\n)\n"
+                "PART = 'ralph-dynamic'\nDYNAMIC = re.compile(PART + '$')\n"
+                "WORD = re.compile(r'[[:alpha:]]+')\n\n\n"
+                "def spaced(text):\n    return re.sub(r'ralph\\s+', ' ', text, 0, re.X)\n"
+            ),
+            "deep.py": "import re\n\nre.compile('x', " + " | ".join(["re.I"] * 1500) + ")\n",
+            "tests/test_re.py": (
+                "import re\n\nimport pytest\n\n"
+                "CACHED = {key[1] for key in getattr(re, '_cache', {})}\n\n"
+                "with pytest.warns(FutureWarning, match='nested set'):\n"
+                "    import lib\n\n\n"
+                "def test_cached():\n"
+                "    if not hasattr(re, '_cache'):\n        pytest.skip('no re._cache in this Python')\n"
+                "    assert lib.STAMP.pattern in CACHED and 'ralph\\\\s+' in CACHED\n"
+                "    assert lib.DYNAMIC.pattern not in CACHED and lib.WORD.pattern not in CACHED\n"
+                "    assert lib.STAMP.match('2026-RALPH-3')\n"
+            ),
+        },
+    )
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "linked.py").symlink_to("pipe.py")
+    toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
+    warm = WarmRunner(toolchain)
+    try:
+        result = PytestValidator(toolchain, warm=warm).check(Scope(tests=("tests/test_re.py::test_cached",)))
+        assert outcomes(result) == {"test_cached": "passed"}, result.detail
+    finally:
+        warm.close()
+
+
 def test_the_gates_worker_imports_nothing_of_the_projects_before_its_conftest(tmp_path: Path):
     # What the conftest sees is what a fresh `python -m pytest` shows it: the project's third-party
     # imports not yet loaded (a conftest may set them up first), pytest's own command line.

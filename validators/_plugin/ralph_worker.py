@@ -26,6 +26,7 @@ import importlib
 import json
 import marshal
 import os
+import re
 import select
 import signal
 import sys
@@ -83,6 +84,172 @@ def _whole_file_cache_reads() -> None:
 
     whole.load = load
     rewrite.marshal = whole
+
+
+def _fixture_marked(value: object) -> bool:
+    """Whether pytest (7 to 9) could take `value`, or what it wraps, for a fixture."""
+    import inspect
+
+    try:
+        values = (value, inspect.unwrap(value))  # type: ignore[arg-type]
+    except Exception:  # (a wrapper loop: pytest takes it for no fixture)
+        values = (value,)
+    return any(
+        type(v).__name__ == "FixtureFunctionDefinition"
+        or getattr(v, "_fixture_function_marker", None) is not None
+        or getattr(v, "_pytestfixturefunction", None) is not None
+        for v in values
+    )
+
+
+def _narrow_unittest_fixture_scans() -> None:
+    """pytest 8 and later look for fixtures on an instance of each unittest class they collect, name
+    by name over its `dir()`, of which 118 names are unittest.TestCase's and object's own, the same
+    for every class (collecting 15 of pyasn1's classes: 82 -> 59 ms, docs/measurements.md). While
+    pytest scans such an instance, its `dir()` leaves out the names that only TestCase or object
+    define, each checked here to be no fixture nor a wrapper of one (and checked unchanged at each
+    scan): what the scan finds is the same. A metaclass's names are kept (its descriptors win a
+    class lookup); a class that defines its own `__dir__` or `__getattribute__` is scanned whole."""
+    import unittest
+
+    manager = getattr(sys.modules.get("_pytest.fixtures"), "FixtureManager", None)
+    case = unittest.TestCase
+    if manager is None or "__dir__" in vars(case):
+        return
+    bases = {case: dict(vars(case)), object: dict(vars(object))}
+    if any(
+        _fixture_marked(v) or _fixture_marked(getattr(b, n, None)) for b in bases for n, v in bases[b].items()
+    ):
+        return
+    inert = frozenset(bases[case]) | frozenset(bases[object])
+    scan = manager.parsefactories
+
+    def parsefactories(self, *args, **kwargs):
+        holder = kwargs.get("holder", args[0] if args else None)
+        if not isinstance(holder, case) or any(vars(b) != d for b, d in bases.items()):
+            return scan(self, *args, **kwargs)
+        own = set(vars(holder))
+        for base in type(holder).__mro__:
+            if base not in bases:
+                if {"__dir__", "__getattribute__"} & vars(base).keys():  # names of its own making
+                    return scan(self, *args, **kwargs)
+                own.update(vars(base))
+        for meta in type(type(holder)).__mro__:  # (a metaclass's descriptor wins a class lookup)
+            if meta not in (type, object):
+                own.update(vars(meta))
+
+        def narrowed(instance):
+            names = super(case, instance).__dir__()  # (what `dir()` would have called)
+            return names if instance is not holder else [n for n in names if n in own or n not in inert]
+
+        case.__dir__ = narrowed  # type: ignore[method-assign]
+        try:
+            return scan(self, *args, **kwargs)
+        finally:
+            del case.__dir__
+
+    manager.parsefactories = parsefactories
+
+
+_RE_CALLS = {"compile": 1, "match": 2, "fullmatch": 2, "search": 2, "split": 3, "findall": 2, "finditer": 2}
+_RE_CALLS.update(sub=4, subn=4)  # where each takes its flags by position
+_RE_CALLED = re.compile(rb"(?<![\w.])re\.(?:%s)\(" % "|".join(_RE_CALLS).encode())
+
+
+def _warm_regex_cache(root: str, max_files: int = 400, max_bytes: int = 4 << 20) -> int:
+    """Compile ahead the regular expressions the project's modules compile when imported (or call
+    `re` with): each child's imports then find them in `re`'s own cache instead of compiling them
+    again (importing tomlkit in a child: 14.0 -> 9.8 ms, docs/measurements.md).
+    Only literal patterns called on the `re` module by name, with no flags or `re.NAME` flags, and
+    none that warns when compiled (the test must see that warning); the project's files are read as
+    text and parsed, never imported. Returns how many it compiled."""
+    import ast
+
+    def flags(node) -> int | None:
+        if node is None:
+            return 0
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "re":
+            value = getattr(re, node.attr, None)
+            return int(value) if isinstance(value, re.RegexFlag) else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            left, right = flags(node.left), flags(node.right)
+            return None if left is None or right is None else left | right
+        return None
+
+    def patterns(source: bytes):
+        for node in ast.walk(ast.parse(source)):
+            call = node.func if isinstance(node, ast.Call) else None
+            if (
+                isinstance(call, ast.Attribute)
+                and isinstance(call.value, ast.Name)
+                and call.value.id == "re"
+                and call.attr in _RE_CALLS
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, (str, bytes))
+                and len(node.args[0].value) < 4096
+            ):
+                position = _RE_CALLS[call.attr]
+                given = node.args[position] if len(node.args) > position else None
+                given = next((k.value for k in node.keywords if k.arg == "flags"), given)
+                value = flags(given)
+                # (re.DEBUG prints and is never cached; re.TEMPLATE warns each time)
+                if value is not None and not value & (int(re.DEBUG) | int(getattr(re, "TEMPLATE", 0))):
+                    yield node.args[0].value, value
+
+    seen, read, compiled = 0, 0, 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")
+        )
+        if "pyvenv.cfg" in files or "site-packages" in folder:
+            dirs[:] = []
+            continue
+        for name in sorted(n for n in files if n.endswith(".py")):
+            if seen >= max_files or read >= max_bytes:
+                return compiled
+            seen += 1
+            try:
+                source = _regular_file_head(os.path.join(folder, name), max_bytes - read + 1)
+                read += len(source)
+                if read > max_bytes or not _RE_CALLED.search(source):
+                    continue
+                for pattern, value in patterns(source):
+                    if _compiles_quietly(pattern, value):  # (what warns must warn in the test)
+                        re.compile(pattern, value)
+                        compiled += 1
+            except Exception:  # (an unreadable file, a tree too deep: nothing is compiled ahead)
+                continue
+    return compiled
+
+
+def _regular_file_head(path: str, size: int) -> bytes:
+    """Up to `size` bytes of the regular file at `path`, reached through no link (else empty)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.read(fd, size) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+
+
+def _compiles_quietly(pattern: str | bytes, flags: int) -> bool:
+    """Whether `pattern` compiles without an error or a warning (compiled outside `re`'s cache: a
+    cached pattern warns no more, and a test may expect the warning or make it an error)."""
+    import warnings
+
+    try:
+        from re import _compiler as compiler  # type: ignore[attr-defined]
+    except ImportError:  # (before Python 3.11)
+        import sre_compile as compiler  # type: ignore[no-redef]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            compiler.compile(pattern, flags)
+        except Exception:
+            return False
+    return not caught
 
 
 def _forget_project_modules(own: list[str], root: str) -> None:
@@ -518,6 +685,8 @@ def main() -> None:
     builtin, plugins = _pytest_plugins(set(own))
     loaded = _preload([*builtin, "ralph_pytest_report", *plugins, *sys.argv[1:]])
     _whole_file_cache_reads()
+    _narrow_unittest_fixture_scans()
+    _warm_regex_cache(os.getcwd())
     _forget_project_modules(own, os.getcwd())
     if "ralph_pytest_report" in sys.modules:  # (where the installed code it judges lies)
         sys.modules["ralph_pytest_report"].learn_places()
