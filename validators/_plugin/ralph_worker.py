@@ -163,40 +163,6 @@ def _warm_regex_cache(root: str, max_files: int = 400, max_bytes: int = 4 << 20)
     Only literal patterns called on the `re` module by name, with no flags or `re.NAME` flags, and
     none that warns when compiled (the test must see that warning); the project's files are read as
     text and parsed, never imported. Returns how many it compiled."""
-    import ast
-
-    def flags(node) -> int | None:
-        if node is None:
-            return 0
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "re":
-            value = getattr(re, node.attr, None)
-            return int(value) if isinstance(value, re.RegexFlag) else None
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-            left, right = flags(node.left), flags(node.right)
-            return None if left is None or right is None else left | right
-        return None
-
-    def patterns(source: bytes):
-        for node in ast.walk(ast.parse(source)):
-            call = node.func if isinstance(node, ast.Call) else None
-            if (
-                isinstance(call, ast.Attribute)
-                and isinstance(call.value, ast.Name)
-                and call.value.id == "re"
-                and call.attr in _RE_CALLS
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, (str, bytes))
-                and len(node.args[0].value) < 4096
-            ):
-                position = _RE_CALLS[call.attr]
-                given = node.args[position] if len(node.args) > position else None
-                given = next((k.value for k in node.keywords if k.arg == "flags"), given)
-                value = flags(given)
-                # (re.DEBUG prints and is never cached; re.TEMPLATE warns each time)
-                if value is not None and not value & (int(re.DEBUG) | int(getattr(re, "TEMPLATE", 0))):
-                    yield node.args[0].value, value
-
     seen, read, compiled = 0, 0, 0
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(
@@ -214,13 +180,54 @@ def _warm_regex_cache(root: str, max_files: int = 400, max_bytes: int = 4 << 20)
                 read += len(source)
                 if read > max_bytes or not _RE_CALLED.search(source):
                     continue
-                for pattern, value in patterns(source):
-                    if _compiles_quietly(pattern, value):  # (what warns must warn in the test)
-                        re.compile(pattern, value)
+                for pattern, flags in _literal_patterns(source):
+                    if _compiles_quietly(pattern, flags):  # (what warns must warn in the test)
+                        re.compile(pattern, flags)
                         compiled += 1
             except Exception:  # (an unreadable file, a tree too deep: nothing is compiled ahead)
                 continue
     return compiled
+
+
+def _literal_patterns(source: bytes):
+    """The (pattern, flags) of each call of `re.<function>` in `source` with a literal pattern and
+    no flags or `re.NAME` flags (none with re.DEBUG, which prints and is never cached, or
+    re.TEMPLATE, which warns each time)."""
+    import ast
+
+    for node in ast.walk(ast.parse(source)):
+        call = node.func if isinstance(node, ast.Call) else None
+        if (
+            isinstance(call, ast.Attribute)
+            and isinstance(call.value, ast.Name)
+            and call.value.id == "re"
+            and call.attr in _RE_CALLS
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, (str, bytes))
+            and len(node.args[0].value) < 4096
+        ):
+            position = _RE_CALLS[call.attr]
+            given = node.args[position] if len(node.args) > position else None
+            given = next((k.value for k in node.keywords if k.arg == "flags"), given)
+            flags = _regex_flags(given)
+            if flags is not None and not flags & (int(re.DEBUG) | int(getattr(re, "TEMPLATE", 0))):
+                yield node.args[0].value, flags
+
+
+def _regex_flags(node) -> int | None:
+    """The value of flags written `re.NAME | re.NAME ...` (0 where none are given), else None."""
+    import ast
+
+    if node is None:
+        return 0
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "re":
+        value = getattr(re, node.attr, None)
+        return int(value) if isinstance(value, re.RegexFlag) else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _regex_flags(node.left), _regex_flags(node.right)
+        return None if left is None or right is None else left | right
+    return None
 
 
 def _regular_file_head(path: str, size: int) -> bytes:
