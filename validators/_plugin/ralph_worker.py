@@ -156,14 +156,15 @@ _RE_CALLS.update(sub=4, subn=4)  # where each takes its flags by position
 _RE_CALLED = re.compile(rb"(?<![\w.])re\.(?:%s)\(" % "|".join(_RE_CALLS).encode())
 
 
-def _warm_regex_cache(root: str, max_files: int = 400, max_bytes: int = 4 << 20) -> int:
+def _warm_regex_cache(root: str, max_files: int = 400, max_bytes: int = 4 << 20, max_s: float = 0.2) -> int:
     """Compile ahead the regular expressions the project's modules compile when imported (or call
     `re` with): each child's imports then find them in `re`'s own cache instead of compiling them
     again (importing tomlkit in a child: 14.0 -> 9.8 ms, docs/measurements.md).
     Only literal patterns called on the `re` module by name, with no flags or `re.NAME` flags, and
     none that warns when compiled (the test must see that warning); the project's files are read as
-    text and parsed, never imported. Returns how many it compiled."""
-    seen, read, compiled = 0, 0, 0
+    text and parsed, never imported, for `max_s` at most (the worker's start waits on it). Returns
+    how many it compiled."""
+    seen, read, compiled, deadline = 0, 0, 0, time.monotonic() + max_s
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(
             d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")
@@ -172,7 +173,7 @@ def _warm_regex_cache(root: str, max_files: int = 400, max_bytes: int = 4 << 20)
             dirs[:] = []
             continue
         for name in sorted(n for n in files if n.endswith(".py")):
-            if seen >= max_files or read >= max_bytes:
+            if seen >= max_files or read >= max_bytes or time.monotonic() > deadline:
                 return compiled
             seen += 1
             try:
