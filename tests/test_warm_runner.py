@@ -590,7 +590,7 @@ def test_a_warm_childs_imports_find_the_projects_literal_regexes_compiled(tmp_pa
                 "WORD = re.compile(r'[[:alpha:]]+')\n\n\n"
                 "def spaced(text):\n    return re.sub(r'ralph\\s+', ' ', text, 0, re.X)\n"
             ),
-            "deep.py": "import re\n\nre.compile('x', " + " | ".join(["re.I"] * 1500) + ")\n",
+            "zz_deep.py": "import re\n\nre.compile('x', " + " | ".join(["re.I"] * 1500) + ")\n",
             "tests/test_re.py": (
                 "import re\n\nimport pytest\n\n"
                 "CACHED = {key[1] for key in getattr(re, '_cache', {})}\n\n"
