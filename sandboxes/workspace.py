@@ -65,22 +65,28 @@ def open_dir(
     try:
         for part in parts:
             try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                child = open_subdir(part, fd)
             except FileNotFoundError:
                 if not create:
                     raise
                 os.mkdir(part, 0o755, dir_fd=fd)
                 _chown(part, fd, owner)
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise UnsafePath(f"{part}: a symlink or not a directory on the way") from None
-                raise
+                child = open_subdir(part, fd)
             os.close(fd)
             fd = child
         yield fd
     finally:
         os.close(fd)
+
+
+def open_subdir(name: str, dir_fd: int) -> int:
+    """A descriptor of the directory `name` in `dir_fd`, opened without following a link."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"{name}: a symlink or not a directory on the way") from None
+        raise
 
 
 def read_beneath(root: Path, path: str, limit: int = 64 << 20) -> bytes | None:
@@ -482,12 +488,7 @@ class Workspace:
                 self._fixing(path)
                 self._put(path, entry, fd, name)
             if entry.kind == "dir":
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise UnsafePath(f"{name}: a symlink or not a directory on the way") from None
-                    raise
+                child = open_subdir(name, fd)
                 try:
                     fixed += self._restore_dir(path, children, child)
                 finally:

@@ -151,8 +151,19 @@ def _narrow_unittest_fixture_scans() -> None:
     manager.parsefactories = parsefactories
 
 
-_RE_CALLS = {"compile": 1, "match": 2, "fullmatch": 2, "search": 2, "split": 3, "findall": 2, "finditer": 2}
-_RE_CALLS.update(sub=4, subn=4)  # where each takes its flags by position
+# The `re` functions whose pattern is compiled through its cache, and where each takes its flags by
+# position.
+_RE_CALLS = {
+    "compile": 1,
+    "match": 2,
+    "fullmatch": 2,
+    "search": 2,
+    "findall": 2,
+    "finditer": 2,
+    "split": 3,
+    "sub": 4,
+    "subn": 4,
+}
 _RE_CALLED = re.compile(rb"(?<![\w.])re\.(?:%s)\(" % "|".join(_RE_CALLS).encode())
 
 
