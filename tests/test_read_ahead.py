@@ -34,7 +34,9 @@ def test_the_facts_of_the_projects_sources_are_learnt_ahead_and_its_tests_are_no
     # Learnt: asked for now, neither is computed again (nothing is parsed or walked).
     monkeypatch.setattr(policy, "_Reach", never)
     monkeypatch.setattr(selection, "parse", never)
-    assert policy._kinds(source) == {("dynamic-code", "exec")}
+    monkeypatch.setattr(policy, "_parse", never)
+    learnt = policy._accepted(source)
+    assert learnt is not None and learnt.kinds == {("dynamic-code", "exec")}
     assert selection._outline(source)[0][0].name == "run"
 
 

@@ -169,3 +169,39 @@ def test_an_edit_of_a_line_the_statement_shares_is_read_as_the_new_text_has_it(b
     assert [f.rule for f in policy.code_findings(policy.FileChange("m.py", before, after), False)] == [
         "dynamic-code"
     ]
+
+
+EDGES = [
+    "import os; x = 1\ndef f():\n    return x\n",  # (two statements share a line)
+    "@decorate\nclass C:\n    y = 2\n\ndef g(): return 3\n",
+    "x = (\n    1,\n)\nif x:\n    pass\nelse:\n    y = 1\n",
+    "a = 1 \\\n    + 2\nb = 3\n",
+    "from __future__ import annotations\ndef f(a: Undefined) -> None:\n    pass\n",
+]
+
+
+@pytest.mark.parametrize("text", [*EDGES, *(p.read_text() for p in CORPUS)])
+def test_an_accepted_top_level_statement_read_alone_is_the_whole_texts_statement(text):
+    """The policy keeps an accepted file's outline, not its tree, and parses only the top-level
+    statement an edit changed: it must be what the whole text parses to, lines and columns too."""
+    whole = ast.parse(text)
+    for index, node in enumerate(whole.body):
+        assert _dump(policy._accepted_statement(text, index)) == _dump(node)
+    assert policy._accepted_statement(text, len(whole.body)) is None
+
+
+def test_a_candidate_of_a_learnt_file_is_read_without_parsing_the_whole_file(monkeypatch):
+    before = (Path(ralph.__file__).parent / "validators" / "policy.py").read_text()
+    policy.read_ahead(before)  # (as the read-ahead thread learns the accepted state's files)
+    parsed = []
+    real = policy.parse
+    monkeypatch.setattr(
+        policy, "parse", lambda text, *a, **k: parsed.append(len(text)) or real(text, *a, **k)
+    )
+    line = '    return f"{self.path}:{self.line}: {self.what}" if self.line else'
+    assert line in before
+    after = before.replace(line, "    return exec(self.path) if self.line else", 1)
+    findings = policy.code_findings(policy.FileChange("v/policy.py", before, after), test_file=False)
+    assert [f.rule for f in findings] == ["dynamic-code"]
+    # (the class around the edit, and the edited method alone: never the whole module)
+    assert parsed and max(parsed) < len(before) / 10

@@ -675,6 +675,12 @@ class _Construct:
     last: int
 
 
+@functools.lru_cache(maxsize=8)  # (a candidate's, read by code_findings, _edited and _blocks)
+def _text_hunks(before: str, after: str) -> tuple[tuple[int, int, int, int], ...]:
+    """`_hunks` of two texts' lines."""
+    return tuple(_hunks(before.splitlines(), after.splitlines()))
+
+
 def _hunks(before: list[str], after: list[str]) -> list[tuple[int, int, int, int]]:
     """The regions an edit changed, `(i1, i2, j1, j2)`: before[i1:i2] became after[j1:j2]. Only the
     part between the lines both texts share at the start and the end is diffed."""
@@ -696,22 +702,23 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
         return []
     before_text = change.before or ""
     before, after = before_text.splitlines(), change.after.splitlines()
-    hunks = [(0, 0, 0, len(after))] if change.before is None else _hunks(before, after)
+    hunks = [(0, 0, 0, len(after))] if change.before is None else _text_hunks(before_text, change.after)
     found = _lexical(change.path, before, after, hunks, _LEXICAL, _harness_words(before_text))
     coding = _coding(after)
     if coding is not None and coding != _coding(before):
         found.append(Finding("dynamic-code", change.path, coding[0], f"a source encoding of {coding[1]}"))
     if test_file or change.path.endswith(".pyi") or not hunks:
         return found
-    old = _parse(before_text) if change.before else None
+    old = _accepted(before_text) if change.before else None
     tree = _edited(before_text, change.after) if old is not None else _parse(change.after)
     if tree is None:
         rules = (("dynamic-code", _DYNAMIC_TEXT), ("test-framework", _FRAMEWORK_TEXT))
         return found + _lexical(change.path, before, after, hunks, rules)
     # Only the statements the changed regions meet are read (a one-line edit of a large module).
     spans = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
-    had = _kinds(before_text) if old is not None else frozenset()
-    for c in _Reach(tree, _imports(old, before_text), spans, after, context=old).found:
+    had = old.kinds if old is not None else frozenset()
+    already = old.imports if old is not None else _imports(None, before_text)
+    for c in _Reach(tree, already, spans, after, context=old).found:
         if (c.rule, c.what) not in had and any(c.first <= hi and c.last >= lo for lo, hi in spans):
             found.append(Finding(c.rule, change.path, c.first, c.what))
     return list(dict.fromkeys(found))
@@ -727,10 +734,10 @@ def _blocks(before: str, after: str) -> list[tuple[int, int, int, int]]:
     """The regions of an edit as whole top-level statements: `(b1, b2, a1, a2)`, the lines (1-based,
     inclusive; empty where b2 < b1) of the accepted text's statements that a changed region meets or
     touches, and the lines they became. None of the rest of the file changed."""
-    old = _parse(before)
+    old = _accepted(before)
     assert old is not None
-    hunks = _hunks(before.splitlines(), after.splitlines())
-    tops = _tops(old)
+    hunks = _text_hunks(before, after)
+    tops = old.tops
     blocks: list[list[int]] = []
     for i1, i2, _, _ in hunks:
         near = [(a, b) for a, b in tops if a <= i2 + 1 and b >= i1]  # (touching: a line added below)
@@ -755,19 +762,20 @@ def _edited(before: str, after: str) -> ast.Module | None:
     a method of a large class); the whole of `after` where a region does not parse alone."""
     lines = after.splitlines()
     body: list[ast.stmt] = []
-    old = _parse(before)
+    old = _accepted(before)
     before_lines = before.splitlines()
-    hunks = _hunks(before_lines, lines)
+    hunks = _text_hunks(before, after)
     same_lines = all(i2 - i1 == j2 - j1 for i1, i2, j1, j2 in hunks)  # (every line keeps its number)
     same_lines = same_lines and lines_as_python_numbers_them(before) and lines_as_python_numbers_them(after)
-    spans = list(zip(old.body, _tops(old), strict=True)) if old else []
+    spans = list(enumerate(old.tops)) if old else []
     for b1, b2, first, last in _blocks(before, after):
         if last < first:
             continue
-        tops = [node for node, (a, b) in spans if b1 <= a and b <= b2]
+        tops = [i for i, (a, b) in spans if b1 <= a and b <= b2]
         if same_lines and len(tops) == 1:  # (only the innermost statement the edit changed, parsed)
             changed = [(i1 + 1, i2) for i1, i2, _, _ in hunks if b1 <= i1 + 1 <= b2]
-            if (statement := reparsed(tops[0], before_lines, lines, changed)) is not None:
+            top = _accepted_statement(before, tops[0])
+            if top is not None and (statement := reparsed(top, before_lines, lines, changed)) is not None:
                 body.append(statement)
                 continue
         part = _parse("\n" * (first - 1) + "\n".join(lines[first - 1 : last]) + "\n")
@@ -787,7 +795,7 @@ def read_ahead(text: str) -> None:
     first candidate that edits it. Its tree is not kept: the few kept are those candidates edit."""
     _ahead.on = True
     try:
-        _kinds(text)
+        _accepted(text)
         _harness_words(text)
     finally:
         _ahead.on = False
@@ -816,7 +824,7 @@ def _lexical(
     path: str,
     before: list[str],
     after: list[str],
-    hunks: list[tuple[int, int, int, int]],
+    hunks: Sequence[tuple[int, int, int, int]],
     rules: Sequence[tuple[str, re.Pattern[str]]],
     known: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[Finding]:
@@ -853,13 +861,58 @@ def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) ->
                 )
 
 
+@dataclass(frozen=True)
+class _Accepted:
+    """What the policy reads of an accepted file's whole tree, kept per text (`read_ahead`) where
+    the tree is not: its top-level statements' lines, the rules and constructs it has anywhere,
+    and what its module scope imports, binds and stores to."""
+
+    tops: tuple[tuple[int, int], ...]  # each top-level statement's lines (`_tops`)
+    kinds: frozenset[tuple[str, str]]
+    imports: frozenset[str]  # the top-level modules it imports
+    maps: tuple[dict[str, str], frozenset[str], dict[str, str]]  # `_import_maps`
+    binds: frozenset[str]
+    stores: frozenset[str]
+
+
 @functools.lru_cache(maxsize=READ_AHEAD)  # the accepted state's files, read again by every candidate
-def _kinds(text: str) -> frozenset[tuple[str, str]]:
-    """The rules and constructs a Python text has anywhere."""
+def _accepted(text: str) -> _Accepted | None:
+    """What the policy reads of an accepted `text` (None where it does not parse)."""
     tree = _parse.__wrapped__(text) if getattr(_ahead, "on", False) else _parse(text)
     if tree is None:
-        return frozenset()
-    return frozenset((c.rule, c.what) for c in _Reach(tree, frozenset(), None, text.splitlines()).found)
+        return None
+    maps = _import_maps(tree)
+    return _Accepted(
+        tops=tuple(_tops(tree)),
+        kinds=frozenset((c.rule, c.what) for c in _Reach(tree, frozenset(), None, text.splitlines()).found),
+        imports=frozenset(m.split(".")[0] for m in [*maps[0].values(), *maps[2].values()]),
+        maps=maps,
+        binds=_binds(tree),
+        stores=_stores(tree, keep=False),
+    )
+
+
+@functools.lru_cache(maxsize=16)  # (the statements candidates edit, read again by the next)
+def _accepted_statement(text: str, index: int) -> ast.stmt | None:
+    """The `index`th top-level statement of an accepted `text` that parses: its lines parsed alone,
+    numbered as in the whole (a statement that owns its lines parses the same wherever it stands,
+    as `reparse` argues), else the whole text's parse."""
+    accepted = _accepted(text)
+    tops = accepted.tops if accepted is not None else ()
+    if not 0 <= index < len(tops):
+        return None
+    first, last = tops[index]
+    owns = (index == 0 or tops[index - 1][1] < first) and (
+        index + 1 == len(tops) or tops[index + 1][0] > last
+    )
+    if owns and lines_as_python_numbers_them(text):
+        lines = text.splitlines()[first - 1 : last]
+        part = _parse.__wrapped__("\n" * (first - 1) + "\n".join(lines) + "\n")
+        alone = part.body[0] if part is not None and len(part.body) == 1 else None
+        if alone is not None and (first_line(alone), alone.end_lineno) == (first, last):
+            return alone
+    whole = _parse(text)
+    return whole.body[index] if whole is not None and index < len(whole.body) else None
 
 
 @functools.lru_cache(maxsize=8)  # the accepted state's files, read again by every candidate
@@ -882,7 +935,6 @@ def _imports(tree: ast.Module | None, text: str) -> frozenset[str]:
     return frozenset(m.split(".")[0] for m in [*modules.values(), *imported.values()])
 
 
-@functools.lru_cache(maxsize=8)  # (the accepted state's trees, read again by every candidate)
 def _import_maps(tree: ast.Module) -> tuple[dict[str, str], frozenset[str], dict[str, str]]:
     """What a module's imports bind: a name an `import` binds -> its module; the dotted modules
     `import a.b` names; a name a `from` import binds -> module.name."""
@@ -950,7 +1002,7 @@ class _Reach(ast.NodeVisitor):
         already: frozenset[str],
         spans: Sequence[tuple[int, int]] | None,
         lines: Sequence[str] = (),
-        context: ast.Module | None = None,
+        context: _Accepted | None = None,
     ) -> None:
         """`tree`: the statements to read (those `spans` meet); `context`: the accepted file they
         are part of, whose imports and names count too; `lines`: the source's lines."""
@@ -962,12 +1014,13 @@ class _Reach(ast.NodeVisitor):
         self.modules: dict[str, str] = {}  # a name an `import` binds -> its module
         self.dotted: set[str] = set()  # the dotted modules `import a.b` names
         self.imported: dict[str, str] = {}  # a name a `from` import binds -> module.name
-        for source in (context, tree) if context is not None else (tree,):
-            modules, dotted, imported = _import_maps(source)
+        for modules, dotted, imported in [*([context.maps] if context else []), _import_maps(tree)]:
             self.modules.update(modules)
             self.dotted.update(dotted)
             self.imported.update(imported)
-        names = _binds(tree) | (_binds(context) if context is not None else frozenset())
+        names = _binds(tree) | (context.binds if context is not None else frozenset())
+        # (what the module's level stores to: the statements read, and the accepted file around them)
+        self.module_stores = _stores(tree, keep=False) | (context.stores if context else frozenset())
         self.scopes: list[tuple[bool, frozenset[str]]] = [(False, names)]  # (a class's?, names)
         self.judged: set[int] = set()  # names already judged as the function a call calls
         self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
@@ -977,7 +1030,7 @@ class _Reach(ast.NodeVisitor):
         """Whether `name` is stored to (assigned, a loop's or a comprehension's target, `except ...
         as`, a parameter) where it is used: in a function around it, or at the module's level."""
         functions = [n for n in self.scope_nodes if not isinstance(n, ast.ClassDef)]
-        return any(name in _stores(n) for n in [*functions, self.tree, *filter(None, [self.context])])
+        return name in self.module_stores or any(name in _stores(n) for n in functions)
 
     def visit(self, node: ast.AST) -> None:
         if isinstance(node, ast.stmt) and self.spans is not None:
@@ -1180,8 +1233,9 @@ class _Reach(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def _stores(scope: ast.AST) -> frozenset[str]:
-    """The names a function (its parameters too) or a module stores to itself, in its own body."""
+def _stores(scope: ast.AST, keep: bool = True) -> frozenset[str]:
+    """The names a function (its parameters too) or a module stores to itself, in its own body
+    (kept for the next call on the same node, unless not `keep`: a module's whole tree)."""
     found = _STORES.get(id(scope))
     if found is not None and found[0] is scope:
         return found[1]
@@ -1201,6 +1255,8 @@ def _stores(scope: ast.AST) -> frozenset[str]:
     if len(_STORES) > 256:
         _STORES.clear()
     stores = frozenset(names)
+    if not keep:
+        return stores
     _STORES[id(scope)] = (scope, stores)  # (another thread may clear it meanwhile: read ahead)
     return stores
 
