@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 from ralph.domain.results import CheckResult, Diagnostic, StageResult, TestResult
-from ralph.domain.score import Observation, regressions, score
+from ralph.domain.score import Observation, is_under, regressions, score
 
 
 def obs(passed=(), failed=(), diags=(), checks=None) -> Observation:
@@ -114,3 +116,46 @@ def test_a_module_that_collects_again_replaces_its_collection_error():
     still = StageResult("tests", ok=False, duration_ms=1.0, tests=[TestResult("tests/test_m.py", "error")])
     assert broken.overlay(still).tests["tests/test_m.py"].failing
     assert score(broken, merged).remaining == 0
+
+
+def _regressions_read_whole(current: Observation, candidate: Observation) -> list[str]:
+    """The tests' part of `regressions` as it reads every test of both states (the reference)."""
+    broken = [
+        f"test {t}"
+        for t in sorted(current.passing_tests())
+        if t in candidate.tests and candidate.tests[t].failing
+    ]
+    broken += [
+        f"test {t} (now {candidate.tests[t].outcome})"
+        for t in sorted(current.passing_tests())
+        if t in candidate.tests and candidate.tests[t].outcome in ("skipped", "xfailed")
+    ]
+    return broken + [
+        f"test {t} (new, failing)"
+        for t in candidate.failing_tests()
+        if t not in current.tests
+        and not any("::" not in e and r.failing and is_under(t, e) for e, r in current.tests.items())
+    ]
+
+
+def test_regressions_read_only_the_changed_tests_and_find_what_reading_all_finds():
+    """A stage's overlay keeps every result it did not re-observe (the same object): `regressions`
+    reads the rest only, and must find exactly what reading every test finds."""
+    rng = random.Random(7)
+    outcomes = ["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
+    for _ in range(300):
+        names = [f"t{rng.randrange(4)}.py::test_{i}" for i in range(rng.randrange(1, 30))]
+        names += [f"t{rng.randrange(4)}.py" for _ in range(rng.randrange(2))]  # collection errors
+        current = Observation({n: TestResult(n, rng.choice(outcomes)) for n in names})
+        candidate = current
+        for _step in range(rng.randrange(1, 4)):
+            again = [*rng.sample(names, rng.randrange(len(names) + 1)), f"new.py::t{rng.randrange(3)}"]
+            stage = StageResult(
+                "tests",
+                ok=True,
+                duration_ms=0.0,
+                tests=[TestResult(n, rng.choice(outcomes)) for n in again],
+                complete_tests=rng.random() < 0.2,
+            )
+            candidate = candidate.overlay(stage)
+        assert regressions(current, candidate) == _regressions_read_whole(current, candidate)

@@ -136,17 +136,19 @@ def score(
 
 
 def regressions(current: Observation, candidate: Observation) -> list[str]:
-    """Everything `candidate` breaks that was fine in `current`: a test, a check, a new diagnostic."""
-    broken = [f"test {t}" for t in sorted(current.passing_tests()) if _now_failing(candidate, t)]
-    broken += [
-        f"test {t} (now {candidate.tests[t].outcome})"
-        for t in sorted(current.passing_tests())
-        if t in candidate.tests and candidate.tests[t].outcome in _DODGES
-    ]
+    """Everything `candidate` breaks that was fine in `current`: a test, a check, a new diagnostic.
+    Only the tests whose result is not `current`'s own are read (a stage's overlay keeps the rest:
+    results are immutable, so the same one is the same outcome): a candidate's merge of a few tests
+    into a suite of thousands reads a few."""
+    before, after = current.tests, candidate.tests
+    changed = sorted(t for t, r in after.items() if before.get(t) is not r)
+    passed = [t for t in changed if (r := before.get(t)) is not None and r.outcome == "passed"]
+    broken = [f"test {t}" for t in passed if after[t].failing]
+    broken += [f"test {t} (now {after[t].outcome})" for t in passed if after[t].outcome in _DODGES]
     broken += [
         f"test {t} (new, failing)"
-        for t in candidate.failing_tests()
-        if t not in current.tests and not uncollected_module(current, t)
+        for t in changed
+        if t not in before and after[t].failing and not uncollected_module(current, t)
     ]
     broken += [f"check {c}" for c, r in current.checks.items() if r.passed and not candidate.checks[c].passed]
     added = candidate.diagnostic_keys() - current.diagnostic_keys()
@@ -174,8 +176,3 @@ def uncollected_module(state: Observation, nodeid: str) -> bool:
         "::" not in entry and result.failing and (entry == "." or is_under(nodeid, entry))
         for entry, result in state.tests.items()
     )
-
-
-def _now_failing(state: Observation, nodeid: str) -> bool:
-    result = state.tests.get(nodeid)
-    return result is not None and result.failing
