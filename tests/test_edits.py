@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import random
 import re
 import textwrap
 from collections.abc import Callable
 
 import pytest
 
+from ralph.domain.candidate import shared_ends
 from ralph.edits import (
     MAX_EDIT_BYTES,
     EditError,
@@ -847,3 +849,24 @@ def _apply(before: list[str], diff: list[str]) -> list[str]:
             out += [line[1:]] if line[0] == " " else []
             i += 1
     return out + before[i:]
+
+
+def test_shared_ends_are_the_lines_both_sides_share_at_the_start_then_the_end():
+    """Against the line-by-line reading, on sides that share everything, nothing, or a middle."""
+
+    def read_line_by_line(before: list[str], after: list[str]) -> tuple[int, int]:
+        limit, head, tail = min(len(before), len(after)), 0, 0
+        while head < limit and before[head] == after[head]:
+            head += 1
+        while tail < limit - head and before[-1 - tail] == after[-1 - tail]:
+            tail += 1
+        return head, tail
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        before = [rng.choice("abc") for _ in range(rng.randrange(8))]
+        after = list(before)
+        for _edit in range(rng.randrange(3)):
+            at = rng.randrange(len(after) + 1)
+            after[at : at + rng.randrange(3)] = [rng.choice("abcd") for _ in range(rng.randrange(3))]
+        assert shared_ends(before, after) == read_line_by_line(before, after), (before, after)

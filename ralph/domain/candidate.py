@@ -9,6 +9,8 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count
+from operator import ne
 from typing import Literal
 
 # Drafters may not edit tests (unless the user allows it): a "fix" that rewrites the test is no fix.
@@ -121,15 +123,13 @@ def unified_diff(changes: tuple[FileChange, ...] | list[FileChange]) -> str:
 
 
 def shared_ends(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:
-    """How many lines the two sides share at the start, and then at the end (never overlapping)."""
+    """How many lines the two sides share at the start, and then at the end (never overlapping).
+    (Compared in C up to the first line that differs: every candidate's checks ask this of the whole
+    file it edits, a Python loop's millisecond in a 2,000-line module.)"""
     limit = min(len(before), len(after))
-    head = 0
-    while head < limit and before[head] == after[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and before[-1 - tail] == after[-1 - tail]:
-        tail += 1
-    return head, tail
+    head = next(compress(count(), map(ne, before, after)), limit)
+    tail = next(compress(count(), map(ne, reversed(before), reversed(after))), limit)
+    return head, min(tail, limit - head)
 
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
