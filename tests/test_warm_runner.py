@@ -11,7 +11,7 @@ import pytest
 
 from ralph.domain.results import Scope
 from ralph.sandboxes.local import LocalSandbox
-from ralph.validators.pytest_run import PytestValidator, gate_tests
+from ralph.validators.pytest_run import PytestValidator, compact_node_ids, gate_tests
 from ralph.validators.toolchain import Toolchain
 from ralph.validators.warm import WarmRunner, third_party_imports
 from tests.conftest import write_files
@@ -752,3 +752,80 @@ def test_a_fail_fast_run_ends_at_its_closing_record_once_a_test_failed(project, 
     finally:
         if runner is not None:
             runner.close()
+
+
+def test_a_class_asked_for_whole_is_named_by_the_class_and_nothing_else_is():
+    known = [
+        "t.py::A::test_1",
+        "t.py::A::test_2[x::y]",  # (a parametrization may hold "::")
+        "t.py::A::Inner::test_3",
+        "t.py::B::test_1",
+        "t.py::B::test_2",
+        "t.py::C::test_1",
+        "t.py::test_f[a::b]",
+        "t.py::test_f[a::c]",
+    ]
+    asked = [
+        "t.py::B::test_2",
+        "t.py::A::test_1",
+        "t.py::test_f[a::b]",
+        "t.py::test_f[a::c]",
+        "t.py::A::Inner::test_3",
+        "t.py::C::test_1",
+        "t.py::B::test_1",
+        "u.py",
+    ]
+    # A lacks a test (its parametrization): kept; B whole: named once, where its first test was; C
+    # holds one test; functions of the module and files are kept.
+    assert compact_node_ids(asked, known) == [
+        "t.py::B",
+        "t.py::A::test_1",
+        "t.py::test_f[a::b]",
+        "t.py::test_f[a::c]",
+        "t.py::A::Inner::test_3",
+        "t.py::C::test_1",
+        "u.py",
+    ]
+    everything = compact_node_ids([*asked, "t.py::A::test_2[x::y]"], known)
+    assert everything[:2] == ["t.py::B", "t.py::A"] and "t.py::A::Inner::test_3" not in everything
+    assert compact_node_ids(asked, ()) == asked  # (nothing known: nothing is whole)
+
+
+def test_a_run_naming_whole_classes_by_their_tests_runs_and_ranks_exactly_those(tmp_path: Path):
+    write_files(
+        tmp_path,
+        {
+            "lib.py": "def answer():\n    return 42\n",
+            "tests/test_c.py": (
+                "import unittest\n\nfrom lib import answer\n\n\n"
+                "class Whole(unittest.TestCase):\n"
+                + "".join(f"    def test_{n}(self):\n        assert answer() == 42\n\n" for n in "abc")
+                + "\n\nclass TestPart:\n"
+                + "".join(f"    def test_{n}(self):\n        assert answer() == 42\n\n" for n in "xyz")
+                + "    def test_parse(self):\n        assert answer() == 41\n"
+            ),
+        },
+    )
+    toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
+    known = [f"tests/test_c.py::Whole::test_{n}" for n in "abc"]
+    known += [f"tests/test_c.py::TestPart::test_{n}" for n in ("x", "y", "z", "parse")]
+    asked = (*known[:3], "tests/test_c.py::TestPart::test_x", "tests/test_c.py::TestPart::test_parse")
+    warm = WarmRunner(toolchain, third_party_imports(tmp_path))
+    try:
+        validator = PytestValidator(toolchain, warm=warm)
+        result = validator.check(Scope(tests=asked), known=known)
+        assert sorted(t.nodeid for t in result.tests) == sorted(asked) and result.error is None
+        # Ranked as asked by id (all of them: a word that names none asks for ranking), though Whole
+        # was named as its class: pytest's order, not Whole's tests after those named by id.
+        ranked = validator.check(Scope(tests=asked), exitfirst=True, words=["zzz"], known=known)
+        assert [t.nodeid.split("::")[-1] for t in ranked.tests] == [
+            "test_a",
+            "test_b",
+            "test_c",
+            "test_x",
+            "test_parse",
+        ]
+        gone = validator.check(Scope(tests=(*asked[:3], "tests/test_c.py::Whole::test_gone")), known=known)
+        assert {t.nodeid.split("::")[-1]: t.outcome for t in gone.tests}["test_gone"] == "error"
+    finally:
+        warm.close()

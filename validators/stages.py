@@ -531,6 +531,7 @@ class SelectedTestsStage:
             failed_first=recent.first(context.facts.durations),
             words=selection.words,
             near=selection.near,
+            known=context.facts.observation.tests.keys(),
         )
         recent.saw(result.tests)
         return result

@@ -799,7 +799,8 @@ def pytest_make_collect_report(collector):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """With $RALPH_FIRST ({"tests": [node ids], "words": [...], "near": [node ids]}): tests that
+    """With $RALPH_FIRST ({"tests": [node ids], "words": [...], "near": [node ids], "asked": [the
+    node ids asked for, where the arguments name some by their class]}): tests that
     failed lately first, then those asked for by node id; in each group those in "near" (they ran a
     changed line) first, then by the rarest of the words its name contains, then in "near"'s order;
     the rest keep pytest's order. A broken candidate then fails on its first test or so, and -x
@@ -813,7 +814,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     near = {test: i for i, test in enumerate(first.get("near", []))}
     if not failed and not words and not near:
         return
-    explicit = set(config.args)
+    explicit = set(first.get("asked") or config.args)  # (the ids, where a class stands for its tests)
     names = {id(item): item.nodeid.partition("::")[2].lower() for item in items}
     count = {w: sum(w in name for name in names.values()) for w in words}
     unmatched = len(items) + 1  # (a list being sorted reads as empty)
