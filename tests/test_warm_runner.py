@@ -787,6 +787,7 @@ def test_a_class_asked_for_whole_is_named_by_the_class_and_nothing_else_is():
         "u.py",
     ]
     everything = compact_node_ids([*asked, "t.py::A::test_2[x::y]"], known)
+    # (A's nested class is A's: its tests are built with A, `test_a_run_naming_whole_classes_...`)
     assert everything[:2] == ["t.py::B", "t.py::A"] and "t.py::A::Inner::test_3" not in everything
     assert compact_node_ids(asked, ()) == asked  # (nothing known: nothing is whole)
 
@@ -802,7 +803,9 @@ def test_a_run_naming_whole_classes_by_their_tests_runs_and_ranks_exactly_those(
                 + "".join(f"    def test_{n}(self):\n        assert answer() == 42\n\n" for n in "abc")
                 + "\n\nclass TestPart:\n"
                 + "".join(f"    def test_{n}(self):\n        assert answer() == 42\n\n" for n in "xyz")
-                + "    def test_parse(self):\n        assert answer() == 41\n"
+                + "    def test_parse(self):\n        assert answer() == 41\n\n\n"
+                "class TestOuter:\n    def test_o(self):\n        pass\n\n"
+                "    class TestNested:\n        def test_n(self):\n            assert answer() == 42\n"
             ),
         },
     )
@@ -825,6 +828,12 @@ def test_a_run_naming_whole_classes_by_their_tests_runs_and_ranks_exactly_those(
             "test_x",
             "test_parse",
         ]
+        # A class named whole builds the classes nested in it too: each test of them is run.
+        outer = ("tests/test_c.py::TestOuter::test_o", "tests/test_c.py::TestOuter::TestNested::test_n")
+        assert compact_node_ids(outer, [*known, *outer]) == ["tests/test_c.py::TestOuter"]
+        nested = validator.check(Scope(tests=(*asked, *outer)), known=[*known, *outer])
+        assert sorted(t.nodeid for t in nested.tests) == sorted((*asked, *outer)) and nested.error is None
+        assert {t.outcome for t in nested.tests if "Outer" in t.nodeid} == {"passed"}
         gone = validator.check(Scope(tests=(*asked[:3], "tests/test_c.py::Whole::test_gone")), known=known)
         assert {t.nodeid.split("::")[-1]: t.outcome for t in gone.tests}["test_gone"] == "error"
     finally:

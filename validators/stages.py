@@ -504,25 +504,26 @@ class SelectedTestsStage:
                 "tests", ok=True, duration_ms=0.0, skipped=True, detail="no test can see the change"
             )
         tests = None if selection.everything else tuple(selection.tests)
+        known = attempt.current.tests.keys()  # (the state's tests: a class all asked for is named whole)
         first = context.impact.first_round(selection, context.facts.durations)
         if first:
-            result = self._fail_fast(first, selection, context)
+            result = self._fail_fast(first, selection, context, known)
             if self.validator.last_refused:  # (a baseline id it cannot find again: one round)
                 refused_ms = result.duration_ms
-                result = self._fail_fast(tests, selection, context)
+                result = self._fail_fast(tests, selection, context, known)
                 result.duration_ms += refused_ms  # (the refused run's time counts too)
             elif result.error is None and not any(t.failing for t in result.tests):
                 ran = set(first)
                 rest = tuple(t for t in selection.tests if t not in ran)
-                result = _after(result, self._fail_fast(rest, selection, context))
+                result = _after(result, self._fail_fast(rest, selection, context, known))
         else:
-            result = self._fail_fast(tests, selection, context)
+            result = self._fail_fast(tests, selection, context, known)
         count = len(selection.tests) if tests else "all"
         result.detail += f" ({count} selected: " + "; ".join(selection.reasons[:5]) + ")"
         return result
 
     def _fail_fast(
-        self, tests: tuple[str, ...] | None, selection: Selection, context: Context
+        self, tests: tuple[str, ...] | None, selection: Selection, context: Context, known: Collection[str]
     ) -> StageResult:
         recent = context.impact.recent_failures
         result = self.validator.check(
@@ -531,7 +532,7 @@ class SelectedTestsStage:
             failed_first=recent.first(context.facts.durations),
             words=selection.words,
             near=selection.near,
-            known=context.facts.observation.tests.keys(),
+            known=known,
         )
         recent.saw(result.tests)
         return result

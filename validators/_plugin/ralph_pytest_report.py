@@ -759,10 +759,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
 
 
 def _named_partly(node) -> bool:
-    """Whether the run names tests below `node` by id, but not `node` itself or its whole file."""
+    """Whether the run names tests below `node` by id, but not `node` itself, a class around it (a
+    class named whole is built whole, the classes nested in it too) or its whole file."""
     files, _, exact = _named_tests(node.session)
     nodeid = node.nodeid
-    return bool(files) and nodeid.partition("::")[0] in files and nodeid not in exact
+    if not files or nodeid.partition("::")[0] not in files:
+        return False
+    parts = nodeid.split("::")
+    return not any("::".join(parts[:i]) in exact for i in range(2, len(parts) + 1))
 
 
 @pytest.hookimpl(hookwrapper=True)
