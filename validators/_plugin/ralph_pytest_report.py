@@ -765,8 +765,16 @@ def _named_partly(node) -> bool:
     nodeid = node.nodeid
     if not files or nodeid.partition("::")[0] not in files:
         return False
-    parts = nodeid.split("::")
-    return not any("::".join(parts[:i]) in exact for i in range(2, len(parts) + 1))
+    if (known := _partly.get(nodeid)) is None or known[0] is not exact:  # (asked once per name in it)
+        parts = nodeid.split("::")
+        known = _partly[nodeid] = (
+            exact,
+            not any("::".join(parts[:i]) in exact for i in range(2, len(parts) + 1)),
+        )
+    return known[1]
+
+
+_partly: dict[str, tuple[frozenset[str], bool]] = {}  # node id -> (the run's named ids, partly named?)
 
 
 @pytest.hookimpl(hookwrapper=True)
