@@ -84,16 +84,10 @@ class PytestValidator:
         asked = list(scope.tests or ())
         args = compact_node_ids(asked, known) if known and self.warm is not None else asked
         with ScratchDir(self.toolchain.scratch, "ralph-pytest-") as tmp:
-            first = {"tests": list(failed_first), "words": list(words), "near": list(near)}
-            if args != asked and any(first.values()):  # (the ids asked for rank first: not the args)
-                first["asked"] = asked
+            first = _order(failed_first, words, near, asked if args != asked else ())
             env = self._run_env(Path(tmp.path), project, scope, coverage, first)
             env |= self._stops(Path(tmp.path), stop_on_pass, guard, end_at_failure=exitfirst)
-            watch = None
-            if self.progress is not None:
-                env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
-                watch = Watch(tmp, self.progress, self._test_limit(scope))
-                watch.start()
+            watch = self._watch(tmp, scope, env)
             sent = time.time()
             try:
                 workers = self.workers if scope.tests is None and not exitfirst else 0
@@ -125,6 +119,15 @@ class PytestValidator:
             result.detail += f" (across {workers} pytest-xdist workers)"
         result.phases = phases(end, sent, elapsed)
         return result
+
+    def _watch(self, tmp: ScratchDir, scope: Scope, env: dict[str, str]) -> Watch | None:
+        """With `progress`, a watch of the run's progress file, started (its path set in `env`)."""
+        if self.progress is None:
+            return None
+        env["RALPH_PROGRESS"] = str(Path(tmp.path) / "progress.jsonl")
+        watch = Watch(tmp, self.progress, self._test_limit(scope))
+        watch.start()
+        return watch
 
     def _stops(
         self, tmp: Path, stop_on_pass: bool, guard: Collection[str], *, end_at_failure: bool = False
@@ -244,6 +247,17 @@ class PytestValidator:
 
 _NAMED_FILE = re.compile(r'File "([^"]+)", line \d+')
 _UNPARSABLE = ("SyntaxError", "IndentationError", "TabError")
+
+
+def _order(
+    failed_first: Sequence[str], words: Sequence[str], near: Sequence[str], asked: Sequence[str]
+) -> dict[str, list[str]]:
+    """What $RALPH_FIRST tells our plugin of the tests' order; `asked`: the ids asked for, where the
+    arguments name some by their class (those rank as asked by id, not the arguments)."""
+    first = {"tests": list(failed_first), "words": list(words), "near": list(near)}
+    if asked and any(first.values()):
+        first["asked"] = list(asked)
+    return first
 
 
 def compact_node_ids(asked: Sequence[str], known: Collection[str]) -> list[str]:
