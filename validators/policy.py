@@ -717,7 +717,7 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     # Only the statements the changed regions meet are read (a one-line edit of a large module).
     spans = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
     had = old.kinds if old is not None else frozenset()
-    already = old.imports if old is not None else _imports(None, before_text)
+    already = old.imports if old is not None else _imported_words(before_text)
     for c in _Reach(tree, already, spans, after, context=old).found:
         if (c.rule, c.what) not in had and any(c.first <= hi and c.last >= lo for lo, hi in spans):
             found.append(Finding(c.rule, change.path, c.first, c.what))
@@ -882,13 +882,14 @@ def _accepted(text: str) -> _Accepted | None:
     if tree is None:
         return None
     maps = _import_maps(tree)
+    reach = _Reach(tree, frozenset(), None, text.splitlines())
     return _Accepted(
         tops=tuple(_tops(tree)),
-        kinds=frozenset((c.rule, c.what) for c in _Reach(tree, frozenset(), None, text.splitlines()).found),
-        imports=frozenset(m.split(".")[0] for m in [*maps[0].values(), *maps[2].values()]),
+        kinds=frozenset((c.rule, c.what) for c in reach.found),
+        imports=_top_modules(maps),
         maps=maps,
         binds=_binds(tree),
-        stores=_stores(tree, keep=False),
+        stores=reach.module_stores,  # (no context: the whole tree's own)
     )
 
 
@@ -927,11 +928,14 @@ def _parse(text: str) -> ast.Module | None:
         return None
 
 
-def _imports(tree: ast.Module | None, text: str) -> frozenset[str]:
-    """The top-level modules a text imports (read as words where it does not parse)."""
-    if tree is None:
-        return frozenset(re.findall(r"^\s*(?:from|import)\s+(\w+)", text, re.MULTILINE))
-    modules, _, imported = _import_maps(tree)
+def _imported_words(text: str) -> frozenset[str]:
+    """The top-level modules a text that does not parse imports, read as words."""
+    return frozenset(re.findall(r"^\s*(?:from|import)\s+(\w+)", text, re.MULTILINE))
+
+
+def _top_modules(maps: tuple[dict[str, str], frozenset[str], dict[str, str]]) -> frozenset[str]:
+    """The top-level modules of what `_import_maps` found bound."""
+    modules, _, imported = maps
     return frozenset(m.split(".")[0] for m in [*modules.values(), *imported.values()])
 
 
@@ -1008,7 +1012,6 @@ class _Reach(ast.NodeVisitor):
         are part of, whose imports and names count too; `lines`: the source's lines."""
         self.found: list[_Construct] = []
         self.tree, self.lines = tree, lines  # (the source: what a string spells there, the lines saw)
-        self.context = context
         self.already = already
         self.spans = spans  # the lines read (None: all): statements that meet none are passed over
         self.modules: dict[str, str] = {}  # a name an `import` binds -> its module
