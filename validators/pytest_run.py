@@ -7,7 +7,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -207,11 +207,10 @@ class PytestValidator:
         return env
 
     def _run(
-        self, args: list[str], scope: Scope, env: dict[str, str], exitfirst: bool, tests: list[str]
+        self, args: list[str], scope: Scope, env: dict[str, str], exitfirst: bool, selected: list[str]
     ) -> ProcessResult:
-        """Run pytest on the scope's tests (as `tests` names them), in the warm runner when there is
-        one, else a fresh process."""
-        selected = tests
+        """Run pytest on the scope's tests (as `selected` names them), in the warm runner when there
+        is one, else a fresh process."""
         if self.warm is not None:
             # Fail-fast runs of selected tests come once per candidate: the worker readies the next.
             spare = exitfirst and bool(selected)
@@ -268,14 +267,9 @@ def compact_node_ids(asked: Sequence[str], known: Collection[str]) -> list[str]:
     run; a test the state does not know yet (a parametrization the edit added) under such a class
     runs too. Anything else (a file, a function of a module, a test of a class not asked for whole)
     is kept as it is."""
-    under: dict[str, set[str]] = {}
-    for nodeid in known:
-        if (owner := _class_of(nodeid)) is not None:
-            under.setdefault(owner, set()).add(nodeid)
-    wanted: dict[str, set[str]] = {}
-    for nodeid in asked:
-        if (owner := _class_of(nodeid)) is not None:
-            wanted.setdefault(owner, set()).add(nodeid)
+    wanted = _by_class(asked)
+    files = tuple({c.partition("::")[0] + "::" for c in wanted})  # (the state's other tests: not read)
+    under = _by_class(nodeid for nodeid in known if nodeid.startswith(files)) if files else {}
     whole = {c for c, ids in wanted.items() if len(ids) > 1 and ids == under.get(c)}
     compact: list[str] = []
     placed: set[str] = set()
@@ -286,6 +280,15 @@ def compact_node_ids(asked: Sequence[str], known: Collection[str]) -> list[str]:
             placed.add(arg)
             compact.append(arg)
     return compact
+
+
+def _by_class(nodeids: Iterable[str]) -> dict[str, set[str]]:
+    """The node ids of tests in a class, by `file::Class` (`_class_of`)."""
+    found: dict[str, set[str]] = {}
+    for nodeid in nodeids:
+        if (owner := _class_of(nodeid)) is not None:
+            found.setdefault(owner, set()).add(nodeid)
+    return found
 
 
 def _class_of(nodeid: str) -> str | None:
