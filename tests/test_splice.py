@@ -214,8 +214,8 @@ def test_the_syntax_stage_leaves_the_spliced_code_where_the_tests_import_it(
     compiled: list[int] = []
     real = builtins.compile
 
-    def counting(text, *args, **kwargs):
-        compiled.append(len(text))
+    def counting(text, *args, **kwargs):  # (a text read, or a tree compiled: the text read before)
+        compiled.append(len(text) if isinstance(text, str | bytes) else 0)
         return real(text, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "compile", counting)
@@ -261,6 +261,60 @@ def test_a_global_statement_added_or_removed_in_a_body_is_compiled_whole():
     assert splice.spliced(base, added) is None
     assert splice.spliced(base, removed) is None
     assert splice.spliced(base, source.replace(b"    return 1\n", b"    return 2\n")) is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"    if y:\n        global x\n",
+        b"    try:\n        pass\n    finally:\n        global x\n",
+        b"    try:\n        pass\n    except E:\n        global x\n",
+        b"    def inner():\n        global x\n",
+        b"    class C:\n        global x\n",
+        b"    match y:\n        case 1:\n            global x\n",
+        b"    with a:\n        y = 1; global x\n",
+    ],
+)
+def test_a_global_statement_nested_anywhere_in_the_body_is_compiled_whole(body):
+    lines = body.count(b"\n")
+    stand = b"    pass\n" * lines
+    source = b"x = 1\n\n\ndef f():\n" + stand + b"    return 0\n\n\nprint(x)\n"
+    base = splice.compiled(source, "m.py")
+    edited = source.replace(stand, body)
+    assert _difference(base.code, compile(edited, "m.py", "exec", dont_inherit=True)) is not None
+    assert splice.spliced(base, edited) is None
+    # The word alone (a comment, a string, a longer name) is no statement: that body splices.
+    words = (b"    # global x\n", b"    y = 'global'\n", b"    globally = 1\n")
+    edited = source.replace(stand, b"".join(words[i % 3] for i in range(lines)))
+    got = splice.spliced(base, edited)
+    assert got is not None and _difference(got, compile(edited, "m.py", "exec", dont_inherit=True)) is None
+
+
+def test_a_candidate_compiles_only_its_own_body_once_its_file_is_prepared(monkeypatch: pytest.MonkeyPatch):
+    file = CORPUS[0]  # (argparse: a large module)
+    source = file.read_bytes()
+    base = splice.compiled(source, str(file))
+    splice.prepare(base)
+    body = max(base.bodies, key=lambda b: b.end - b.body)
+    lines = source.splitlines(keepends=True)
+    line = next(i for i in range(body.body, body.end + 1) if b" = " in lines[i - 1])
+    lines[line - 1] = lines[line - 1].replace(b" = ", b" =  ", 1)
+    edited = b"".join(lines)
+    read: list[int] = []
+    real = builtins.compile
+
+    def counting(text, *args, **kwargs):
+        if isinstance(text, str | bytes):
+            read.append(len(text))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "compile", counting)
+    got = splice.spliced(base, edited)
+    monkeypatch.undo()
+    assert got is not None
+    assert _difference(got, compile(edited, str(file), "exec", dont_inherit=True)) is None
+    function = sum(len(x) for x in lines[body.start - 1 : body.end])
+    assert len(read) == 1 and read[0] < function + body.start + 200  # (the new body's text, once)
 
 
 def test_a_declared_encoding_after_a_bare_carriage_return_is_compiled_whole():

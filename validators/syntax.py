@@ -1,8 +1,9 @@
 """Stage 1: compile the changed Python files in process.
 
 A file whose edit changed one function's body is compiled from the accepted state's code with that
-function compiled alone (ralph/domain/splice.py): the state's files are compiled ahead, while the
-drafter works (validators/read_ahead.py), and kept here by file name."""
+function compiled alone (ralph/domain/splice.py): the state's files, and each of their functions
+alone, are compiled ahead while the drafter works (validators/read_ahead.py), and kept here by file
+name."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class SyntaxValidator:
                 with contextlib.suppress(KeyError, RuntimeError, StopIteration):
                     _BASES.pop(next(iter(_BASES)))
             _BASES[filename] = base
+            splice.prepare(base)  # (each body compiled alone too: a candidate compiles only its own)
 
     def check(self, scope: Scope) -> StageResult:
         start = time.perf_counter()

@@ -122,7 +122,7 @@ def unified_diff(changes: tuple[FileChange, ...] | list[FileChange]) -> str:
     return "".join(out)
 
 
-def shared_ends(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:
+def shared_ends(before: Sequence[object], after: Sequence[object]) -> tuple[int, int]:
     """How many lines the two sides share at the start, and then at the end (never overlapping).
     (Compared in C up to the first line that differs: every candidate's checks ask this of the whole
     file it edits, a Python loop's millisecond in a 2,000-line module.)"""

@@ -21,10 +21,11 @@ import __future__
 import ast
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
 
 from ralph.domain import pyast
+from ralph.domain.candidate import shared_ends
 
 # The compiler flags the `__future__` imports set (they change how a body compiles).
 FUTURE_FLAGS = 0
@@ -32,6 +33,8 @@ for _name in __future__.all_feature_names:
     FUTURE_FLAGS |= getattr(__future__, _name).compiler_flag
 
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=]")
+# Every `global` statement's keyword matches (and a word in a comment or a string may).
+_GLOBAL = re.compile(rb"\bglobal\b")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,20 @@ class Compiled:
     code: CodeType
     bodies: tuple[Body, ...]
     imported: tuple[str, ...] = ()  # the names an import binds at module level
+    # Each body compiled alone as it stands, checked against `code` once (`accepted`), by first line.
+    alone: dict[int, Alone | None] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Alone:
+    """What a body of the accepted text compiled alone gives, where that is exactly the module's own
+    code for it: its stand-ins' code without their code constants (`around`, outermost first), the
+    function's name, qualified name, first line and free variables (`key`), and the indices of the
+    constants that lead from the module's code down to the function's (`places`)."""
+
+    around: tuple[tuple[CodeType, str], ...]
+    key: tuple[object, ...]
+    places: tuple[int, ...]
 
 
 def compiled(source: bytes, filename: str) -> Compiled:
@@ -107,6 +124,21 @@ def _generic(statements: list[ast.stmt]) -> bool:
     return False
 
 
+def _declares_global(function: ast.stmt) -> bool:
+    """Whether a `global` statement is anywhere in `function` (statements hold it, never expressions)."""
+    todo: list[ast.AST] = [function]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Global):
+            return True
+        todo.extend(
+            n
+            for n in ast.iter_child_nodes(node)
+            if isinstance(n, ast.stmt | ast.excepthandler | ast.match_case)
+        )
+    return False
+
+
 def _bodies(statements: list[ast.stmt], classes: tuple[tuple[str, int, int], ...]) -> list[Body]:
     found: list[Body] = []
     for node in statements:
@@ -145,24 +177,43 @@ def spliced(base: Compiled, source: bytes) -> CodeType | None:
     old, new = base.source.splitlines(keepends=True), source.splitlines(keepends=True)
     if len(old) != len(new) or not base.bodies:
         return None
-    changed = [i + 1 for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
-    target = next((b for b in base.bodies if b.body <= changed[0] and changed[-1] <= b.end), None)
-    if target is None:
+    head, tail = shared_ends(old, new)  # (the lines changed: from head + 1 to len - tail)
+    target = next((b for b in base.bodies if b.body <= head + 1 and len(new) - tail <= b.end), None)
+    if target is None or (was := accepted(base, target, old)) is None:
         return None
-    flags = base.code.co_flags & FUTURE_FLAGS
-    fresh = _alone(target, new, base, flags)
-    was = _alone(target, old, base, flags)
-    if fresh is None or was is None or not _same_around(was, fresh):
+    fresh = _alone(target, new, base)
+    if fresh is None or _around(fresh) != was.around or _key(fresh[-1]) != was.key:
         return None
-    return _replaced(base.code, target, was[-1], fresh[-1])
+    return _replaced(base.code, was.places, fresh[-1])
 
 
-def _alone(target: Body, lines: list[bytes], base: Compiled, flags: int) -> list[CodeType] | None:
+def prepare(base: Compiled) -> None:
+    """Compile every body of `base` alone ahead (`accepted`), so a candidate compiles only its own."""
+    old = base.source.splitlines(keepends=True)
+    for body in base.bodies:
+        accepted(base, body, old)
+
+
+def accepted(base: Compiled, target: Body, lines: list[bytes] | None = None) -> Alone | None:
+    """The body at `target` of the accepted text compiled alone (kept in `base`), or None where that
+    is not exactly the module's own code for it (such a body is always compiled whole)."""
+    if target.start in base.alone:
+        return base.alone[target.start]
+    found = None
+    chain = _alone(target, lines or base.source.splitlines(keepends=True), base)
+    if chain is not None and (places := _places(base.code, target, chain[-1])) is not None:
+        found = Alone(_around(chain), _key(chain[-1]), places)
+    base.alone[target.start] = found
+    return found
+
+
+def _alone(target: Body, lines: list[bytes], base: Compiled) -> list[CodeType] | None:
     """The function of `lines` at `target`, compiled in a text of only it, stand-ins of its classes
     and an import of the names the module imports: the code objects from that text's module down to
     the function's; None where the text is not exactly that function (its body took another shape)
     or does not compile."""
     depth, filename = len(target.classes), base.filename
+    flags = base.code.co_flags & FUTURE_FLAGS
     room = target.start - 1 - depth
     if base.imported and room < 1:
         return None
@@ -170,25 +221,25 @@ def _alone(target: Body, lines: list[bytes], base: Compiled, flags: int) -> list
     if base.imported:
         text = b"import " + ", ".join(base.imported).encode() + text
     text += b"".join(b" " * column + b"class " + name.encode() + b":\n" for name, _, column in target.classes)
-    text += b"".join(lines[target.start - 1 : target.end])
+    function = b"".join(lines[target.start - 1 : target.end])
+    text += function
     try:
         tree = pyast.parse(text, filename)
-        node: ast.AST = tree
-        if base.imported:
-            tree.body = tree.body[1:]
+        inner: list[ast.stmt] = tree.body[1:] if base.imported else tree.body
         for name, _, _ in target.classes:
-            inner = node.body  # type: ignore[attr-defined]
             if len(inner) != 1 or not isinstance(inner[0], ast.ClassDef) or inner[0].name != name:
                 return None
-            node = inner[0]
-        inner = node.body  # type: ignore[attr-defined]
+            inner = inner[0].body
         kind = ast.AsyncFunctionDef if target.is_async else ast.FunctionDef
         if len(inner) != 1 or type(inner[0]) is not kind or inner[0].name != target.name:
             return None
         # A `global` in the body changes how the module's own code stores and loads that name.
-        if any(isinstance(n, ast.Global) for n in ast.walk(inner[0])):
+        if _GLOBAL.search(function) and _declares_global(inner[0]):
             return None
-        code = compile(text, filename, "exec", flags=flags, dont_inherit=True, optimize=0)
+        # (the tree just read, compiled: as compiling the text, without reading it again)
+        code = pyast.locked(
+            lambda: compile(tree, filename, "exec", flags=flags, dont_inherit=True, optimize=0)
+        )
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
     chain = [code]
@@ -200,31 +251,25 @@ def _alone(target: Body, lines: list[bytes], base: Compiled, flags: int) -> list
     return chain
 
 
-def _same_around(was: list[CodeType], fresh: list[CodeType]) -> bool:
-    """Whether the stand-ins' code (module and classes) is the same for the old body as for the new
-    one but for the function's code, and the function keeps its name and closure: then so is the
-    real module's and classes'."""
-    for old, new in zip(was[:-1], fresh[:-1], strict=True):
-        if old.replace(co_consts=_others(old)) != new.replace(co_consts=_others(new)):
-            return False
-        if old.co_qualname != new.co_qualname:
-            return False
-    a, b = was[-1], fresh[-1]
-    return (a.co_name, a.co_qualname, a.co_firstlineno, a.co_freevars) == (
-        b.co_name,
-        b.co_qualname,
-        b.co_firstlineno,
-        b.co_freevars,
-    )
+def _around(chain: list[CodeType]) -> tuple[tuple[CodeType, str], ...]:
+    """The stand-ins' code of a chain, their code constants blanked, and their qualified names: the
+    same for the old body as for the new one means so is the real module's and classes'."""
+    return tuple((c.replace(co_consts=_others(c)), c.co_qualname) for c in chain[:-1])
+
+
+def _key(function: CodeType) -> tuple[object, ...]:
+    """What of the function's code its enclosing code depends on: an edit must keep it."""
+    return (function.co_name, function.co_qualname, function.co_firstlineno, function.co_freevars)
 
 
 def _others(code: CodeType) -> tuple[object, ...]:
     return tuple(None if isinstance(c, CodeType) else c for c in code.co_consts)
 
 
-def _replaced(module: CodeType, target: Body, was: CodeType, fresh: CodeType) -> CodeType | None:
-    """`module` with the function code `was` (found through `target`'s classes) replaced by `fresh`;
-    None where it is not found there exactly once, or is not what its body compiles to alone."""
+def _places(module: CodeType, target: Body, was: CodeType) -> tuple[int, ...] | None:
+    """Where the function code `was` sits (found through `target`'s classes): the constants' indices
+    from `module` down; None where it is not found there exactly once, or is not what its body
+    compiles to alone."""
     path, places = [module], []
     wanted = [(name, line) for name, line, _ in target.classes] + [(was.co_name, was.co_firstlineno)]
     for name, line in wanted:
@@ -239,8 +284,18 @@ def _replaced(module: CodeType, target: Body, was: CodeType, fresh: CodeType) ->
         path.append(path[-1].co_consts[hits[0]])
     if path[-1] != was or path[-1].co_qualname != was.co_qualname:
         return None
+    return tuple(places)
+
+
+def _replaced(module: CodeType, places: tuple[int, ...], fresh: CodeType) -> CodeType:
+    """`module` with the code at `places` replaced by `fresh`."""
+    path = [module]
+    for index in places[:-1]:
+        inner = path[-1].co_consts[index]
+        assert isinstance(inner, CodeType)
+        path.append(inner)
     replacement = fresh
-    for parent, index in zip(reversed(path[:-1]), reversed(places), strict=True):
+    for parent, index in zip(reversed(path), reversed(places), strict=True):
         consts = list(parent.co_consts)
         consts[index] = replacement
         replacement = parent.replace(co_consts=tuple(consts))
