@@ -29,7 +29,7 @@ def test_the_plan_meets_the_stages_in_the_registrys_steps(tmp_path: Path) -> Non
         assert names(plan.sequence) == [
             ["syntax", "ruff", "format"],
             ["tests", "checks", "mypy"],
-            ["mypy", "plausibility", "special-case", "deleted-behaviour", "api"],
+            ["mypy", "ruff", "plausibility", "special-case", "deleted-behaviour", "api"],
             ["probe"],
             ["gate"],
             ["checks"],

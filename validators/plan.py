@@ -7,8 +7,9 @@ A candidate meets the steps in `STEPS` order, each step the registry's stages fo
   repaired, never rejected for: `repairs.SafeFixes`);
 - `targeted`: the failing tests that can see the change until one passes, the failing checks and,
   when the state has type errors, the type checker: must improve;
-- `settled` (on the workspace put back, only for a candidate that improves): the type checker again
-  and the semantic stages (plausibility, special-case, deleted-behaviour, API);
+- `settled` (on the workspace put back, only for a candidate that improves): the type checker again,
+  `ruff check` where the static step took the resident ruff server's word, and the semantic stages
+  (plausibility, special-case, deleted-behaviour, API);
 - `probe` (only with the gate beside the loop): the passing tests that ran a changed line, a failure
   confirmed by the whole gate in line before it rejects;
 - `gate`: the whole suite in a fresh child; `gate-checks`: every check, on the state put back: must
@@ -64,6 +65,7 @@ STAGES: tuple[Entry, ...] = (
     Entry("targeted", lambda t: FailingChecksStage(t.checks)),
     Entry("targeted", lambda t: TypesStage()),
     Entry("settled", lambda t: TypesStage(settled=True)),
+    Entry("settled", lambda t: LintStage(t.ruff, settled=True)),
     # Only for a candidate that improves (beside the second type check): one the static stages or the
     # targeted tests reject, the rejection path, never pays for them.
     Entry("settled", lambda t: PlausibilityStage(t.plausibility)),

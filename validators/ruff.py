@@ -15,15 +15,29 @@ import re
 import subprocess
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ralph.domain.results import Diagnostic, ProcessResult, Scope, StageResult
+from ralph.sandboxes.workspace import stat_and_read_beneath
+from ralph.validators.ruff_server import Asked, ResidentRuff, cli_message, server_settings
 from ralph.validators.toolchain import Toolchain, project_relative, ruff_bin
 
 # ruff's default rule selection before 0.16 widened it (pyflakes and the error-level pycodestyle rules).
 DEFAULT_RULES = ("E4", "E7", "E9", "F")
 _CONFIGS = ("ruff.toml", ".ruff.toml")
+# The end of a ruff stage's detail when its findings came from the resident server, not `ruff check`.
+RESIDENT = " (ruff server)"
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A changed file as the accepted state has it: its text, and what `ruff check` found there."""
+
+    text: str
+    diagnostics: tuple[Diagnostic, ...]
 
 
 def ruff_config(project: Path, root: Path | None = None) -> Path | None:
@@ -57,11 +71,19 @@ def config_args(config: Path | None) -> list[str]:
 class RuffValidator:
     name = "ruff"
 
-    def __init__(self, toolchain: Toolchain) -> None:
+    def __init__(self, toolchain: Toolchain, *, resident: bool = False) -> None:
         self.toolchain = toolchain
         self.enabled = True
         self.config = ruff_config(toolchain.project, toolchain.root)
         self.binary = project_ruff(toolchain.python) or ruff_bin()
+        rules = DEFAULT_RULES if self.config is None else None
+        self.resident = (
+            ResidentRuff(self.binary, toolchain.project, server_settings(self.config, rules))
+            if resident
+            else None
+        )
+        # (file, accepted text) -> the server's findings there, where they are `ruff check`'s; else None.
+        self._vetted: dict[tuple[str, str], Counter[tuple[str | None, str]] | None] = {}
 
     def drift(self) -> str | None:
         """A notice when the project's pre-commit configuration pins another ruff than the one used."""
@@ -86,13 +108,21 @@ class RuffValidator:
     def check(self, scope: Scope) -> StageResult:
         return self.start(scope)()
 
-    def start(self, scope: Scope) -> Callable[[], StageResult]:
-        """Start ruff and return at once; calling the result waits for ruff's findings."""
+    def start(
+        self, scope: Scope, accepted: Mapping[str, Accepted] | None = None
+    ) -> Callable[[], StageResult]:
+        """Start ruff and return at once; calling the result waits for ruff's findings. With
+        `accepted` (the changed files' accepted texts and findings), the resident server may answer
+        instead (`_from_server`)."""
         start = time.perf_counter()
         paths = [p for p in scope.paths if p.endswith((".py", ".pyi"))] if scope.paths is not None else None
         if paths == [] or not self.enabled:
             detail = "no Python files" if self.enabled else "off: it could not run at the baseline"
             return lambda: StageResult(self.name, ok=True, duration_ms=0.0, skipped=True, detail=detail)
+        if paths and accepted is not None:
+            served = self._ask_server(paths, accepted, start)
+            if served is not None:
+                return served
         argv = self._argv("check", "--output-format=json", "--exit-zero")
         # A few files gain nothing from ruff's thread pool (docs/measurements.md), and the
         # candidate's tests may be running beside it.
@@ -100,6 +130,88 @@ class RuffValidator:
         # `--`: a file named like an option (`--config=...py`) is a file, never a setting.
         running = self.toolchain.start_tool([*argv, "--", *(paths or ["."])], env=env)
         return lambda: self._findings(running.wait(scope.timeout_s), paths, start)
+
+    def _ask_server(
+        self, paths: list[str], accepted: Mapping[str, Accepted], start: float
+    ) -> Callable[[], StageResult] | None:
+        """Ask the resident server about every changed file and return at once (it lints while the
+        syntax stage compiles); None: run `ruff check` instead. Its answer stands for `ruff check`'s
+        only where, on every file, the server agrees with `ruff check` on the accepted text and
+        finds nothing there now that it did not find in the accepted text (a new finding, fixable or
+        not, is `ruff check`'s to describe: `_from_server`). An accept is never decided on these:
+        the settled step runs `ruff check` again (`LintStage(settled=True)`)."""
+        if self.resident is None or self.resident.broken:
+            return None
+        asked = []
+        for path in paths:
+            known, text = accepted.get(path), self._text(path)
+            before = self._vet(path, known) if known is not None else None
+            if known is None or before is None or text is None:
+                return None
+            question = self.resident.ask(self.toolchain.project / path, text)
+            if question is None:
+                return None
+            asked.append((path, known, before, question))
+
+        def collect() -> StageResult:
+            return self._from_server(asked, start) or self.start(Scope(paths=tuple(paths)))()
+
+        return collect
+
+    def _from_server(
+        self, asked: list[tuple[str, Accepted, Counter[tuple[str | None, str]], Asked]], start: float
+    ) -> StageResult | None:
+        assert self.resident is not None
+        diagnostics: list[Diagnostic] = []
+        for path, known, before, question in asked:
+            found = self.resident.answer(question)
+            if found is None or Counter((code, message) for code, _, message in found) - before:
+                return None
+            fixable = {d.key for d in known.diagnostics if d.fixable}
+            for code, line, message in found:
+                d = Diagnostic("ruff", path, line, code or "syntax", cli_message(message))
+                diagnostics.append(replace(d, fixable=d.key in fixable))
+        return StageResult(
+            stage=self.name,
+            ok=not diagnostics,
+            duration_ms=(time.perf_counter() - start) * 1000,
+            detail=f"{len(diagnostics)} diagnostics{RESIDENT}",
+            diagnostics=diagnostics,
+            checked=[("ruff", path) for path, *_ in asked],
+        )
+
+    def _vet(self, path: str, known: Accepted) -> Counter[tuple[str | None, str]] | None:
+        """The server's findings in `path`'s accepted text, when they are exactly `ruff check`'s
+        there (same rules, messages and per-file settings); else None. Once per accepted text."""
+        key = (path, known.text)
+        if key not in self._vetted:
+            assert self.resident is not None
+            found = self.resident.lint(self.toolchain.project / path, known.text)
+            if found is None:
+                return None
+            theirs = Counter((d.code, d.message) for d in known.diagnostics)
+            ours = Counter((code or "syntax", cli_message(message)) for code, _, message in found)
+            if len(self._vetted) >= 256:
+                self._vetted.clear()
+            self._vetted[key] = (
+                Counter((code, message) for code, _, message in found) if ours == theirs else None
+            )
+        return self._vetted[key]
+
+    def _text(self, path: str) -> str | None:
+        """The file's text as `ruff check` would read it; None when it cannot be sent as is."""
+        found = stat_and_read_beneath(self.toolchain.project, path)
+        if found is None:
+            return None
+        try:
+            text = found[1].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return None if text.startswith("\ufeff") else text
+
+    def close(self) -> None:
+        if self.resident is not None:
+            self.resident.close()
 
     def fix_only(self, paths: Sequence[str], codes: Sequence[str], timeout_s: float = 60.0) -> bool:
         """Apply ruff's safe fixes for these rule `codes` (only) to these files in place; whether

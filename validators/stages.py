@@ -27,7 +27,7 @@ from ralph.validators.impact import TestImpact
 from ralph.validators.mypy import MypyValidator
 from ralph.validators.plausibility import PlausibilityValidator
 from ralph.validators.pytest_run import PytestValidator
-from ralph.validators.ruff import RuffValidator
+from ralph.validators.ruff import RESIDENT, Accepted, RuffValidator
 from ralph.validators.selection import CoverageMap, Selection
 from ralph.validators.syntax import SyntaxValidator
 from ralph.validators.tools import Tools
@@ -262,13 +262,29 @@ class SyntaxStage:
 
 @dataclass
 class LintStage(StartedStage):
-    """ruff on the changed files."""
+    """ruff on the changed files: in the static step, its resident server where it can answer
+    (validators/ruff_server.py); `settled`, `ruff check` again where it did, so no accept rests on
+    the server's word."""
 
     validator: RuffValidator
+    settled: bool = False
     name: str = "ruff"
 
+    def wanted(self, attempt: Attempt) -> bool:
+        return not self.settled or any(
+            s.stage == self.name and s.detail.endswith(RESIDENT) for s in attempt.stages
+        )
+
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
-        return self.validator.start(Scope(paths=attempt.paths))
+        if self.settled:
+            return self.validator.start(Scope(paths=attempt.paths))
+        ruff = attempt.current.diagnostics
+        accepted = {
+            c.path: Accepted(c.before, ruff.get(("ruff", c.path), ()))
+            for c in attempt.candidate.changes
+            if c.before is not None
+        }
+        return self.validator.start(Scope(paths=attempt.paths), accepted)
 
 
 @dataclass

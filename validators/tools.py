@@ -41,7 +41,7 @@ class Tools:
     ) -> Tools:
         """The validators, with what the baseline found unusable off (`facts.disabled`)."""
         checks = list(settings.checks)
-        ruff = RuffValidator(toolchain)
+        ruff = RuffValidator(toolchain, resident=True)
         formats = formats_with_ruff(toolchain.project, checks) if settings.formatting else None
         warm = candidates_runner(toolchain, protected) if settings.warm else None
         tools = cls(
@@ -88,3 +88,4 @@ class Tools:
             if runner is not None:
                 runner.close()
         self.close_types()
+        self.ruff.close()
