@@ -15,10 +15,12 @@ from ralph.sandboxes.workspace import Workspace
 from ralph.validators.facts import VerifySettings
 from ralph.validators.pipeline import Verifier
 from ralph.validators.ruff import RESIDENT, Accepted, RuffValidator
+from ralph.validators.ruff_server import ResidentRuff
 from ralph.validators.toolchain import Toolchain
 from tests.conftest import write_files
 
-BAD = 'import os\n\n\ndef BadName():\n    return "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"\n'
+# (`== None`: the planted configuration's E711 would find it, if anything read that file)
+BAD = 'import os\n\n\ndef BadName():\n    return "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"\n\n\nN = BadName == None\n'
 CONFIGURED = {
     "pyproject.toml": (
         '[tool.ruff]\nline-length = 40\nextend-exclude = ["skip"]\n'
@@ -176,3 +178,49 @@ def test_a_rejection_by_the_tests_needs_no_ruff_process(tmp_path):
         assert len(lints) == 1 and lints[0].detail.endswith(RESIDENT)
     finally:
         v.close()
+
+
+def test_no_accept_rests_on_the_servers_count_of_what_remains(tmp_path, monkeypatch):
+    # A server that stops seeing a finding `ruff check` still makes (here: it answers nothing for a
+    # candidate's text marked QUIET) makes the targeted step count an improvement; the settled step's
+    # `ruff check` counts again, and with the gate beside the loop (the gate's own count comes later)
+    # the candidate is rejected there.
+    quiet: set[tuple[int, int]] = set()
+    ask, answer = ResidentRuff.ask, ResidentRuff.answer
+
+    def asking(self, file, text, timeout_s=5.0):
+        asked = ask(self, file, text, timeout_s)
+        if asked is not None and "QUIET" in text:
+            quiet.add((id(self), asked.ident))
+        return asked
+
+    def answering(self, asked):
+        found = answer(self, asked)
+        return [] if found is not None and (id(self), asked.ident) in quiet else found
+
+    monkeypatch.setattr(ResidentRuff, "ask", asking)
+    monkeypatch.setattr(ResidentRuff, "answer", answering)
+    write_files(
+        tmp_path,
+        {
+            "shapes.py": "import os\n\n\ndef area(w, h):\n    return w * h\n",
+            "tests/test_shapes.py": "from shapes import area\n\n\ndef test_area():\n    assert area(2, 3) == 6\n",
+        },
+    )
+    workspace = Workspace(tmp_path)
+    toolchain = Toolchain(sys.executable, LocalSandbox(), workspace.project)
+    verifier = Verifier(toolchain, VerifySettings(background=True, only=("shapes.py",)))
+    try:
+        state, _ = verifier.baseline()
+        assert verifier.score(state).remaining > 0  # (the unused import)
+        before = workspace.read("shapes.py")
+        change = FileChange("shapes.py", before, before + "# QUIET\n")
+        workspace.apply([change])
+        workspace.capture()
+        report = verifier.verify(Candidate("t", "a comment", (change,)), state, reset=workspace.restore)
+        served = [s for s in report.stages if s.stage == "ruff"]
+        assert served and served[0].detail.endswith(RESIDENT)  # (the server's word was taken first)
+        assert not report.accepted, report.reason
+        assert "no improvement" in report.reason
+    finally:
+        verifier.close()
