@@ -11,7 +11,9 @@ the old one. Anything else falls back to compiling the whole text: a change of t
 outside one function's body or in its header, a nested class or function chain that is not classes
 only, type parameters, a declared source encoding, a stand-in that does not come out as exactly that
 function, or a stand-in whose enclosing code differs between the old body and the new one (a
-changed `__class__` cell, 3.13's `__static_attributes__`). tests/test_splice.py compares the result
+changed `__class__` cell, 3.13's `__static_attributes__`). What the old body gives alone, checked
+once against the module's own code, is kept with the module (`accepted`, all of them ahead:
+`prepare`), so a candidate compiles only its new body. tests/test_splice.py compares the result
 with a whole compile on mutants of real modules.
 """
 
