@@ -838,3 +838,135 @@ def test_a_run_naming_whole_classes_by_their_tests_runs_and_ranks_exactly_those(
         assert {t.nodeid.split("::")[-1]: t.outcome for t in gone.tests}["test_gone"] == "error"
     finally:
         warm.close()
+
+
+# A child says its exit code and stops itself; the worker kills it there and replies without waiting
+# for its teardown. What a test leaves, and a test that plays with that, must change nothing.
+
+_LEFT_BEHIND = """\
+import os, signal, subprocess, sys, time
+
+
+def test_leaves_a_zombie_and_a_sleeper():
+    subprocess.Popen([sys.executable, "-c", "pass"])  # exits at once, never waited for
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    time.sleep(0.5)
+"""
+
+_FALSE_LAST_WORD = """\
+import os, signal, stat, time
+
+
+def _pipes():
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                yield fd
+        except OSError:
+            pass
+
+
+def test_says_it_passed_and_stops_early():
+    # Continued by a process of its own the moment it stops, it writes on: nothing it writes after
+    # the reply may land.
+    if os.fork() == 0:
+        os.setsid()
+        parent = os.getppid()
+        while True:
+            try:
+                os.kill(parent, signal.SIGCONT)
+            except OSError:
+                os._exit(0)
+    for fd in _pipes():
+        try:
+            os.write(fd, bytes([0]))
+        except OSError:
+            pass
+    n = 0
+    while True:
+        n += 1
+        with open("marker.txt", "w") as out:
+            out.write(str(n))
+        os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+def test_what_a_test_leaves_running_or_unreaped_is_killed_and_the_verdict_stands(validator, project):
+    write_files(project, {"tests/test_left.py": _LEFT_BEHIND})
+    import time
+
+    for _ in range(2):
+        began = time.monotonic()
+        result = validator.check(
+            Scope(tests=("tests/test_left.py::test_leaves_a_zombie_and_a_sleeper",)), exitfirst=True
+        )
+        validator.warm.restored(clean=True)
+        assert result.error is None, result.error
+        assert outcomes(result) == {"test_leaves_a_zombie_and_a_sleeper": "passed"}
+        assert time.monotonic() - began < 5
+    assert validator.warm.readied == 1 and validator.warm.starts == 1
+
+
+def test_a_test_that_says_it_passed_and_stops_itself_gets_no_pass_and_writes_nothing_after(
+    validator, project
+):
+    import time
+
+    write_files(project, {"tests/test_word.py": _FALSE_LAST_WORD})
+    for _ in range(3):
+        result = validator.check(
+            Scope(tests=("tests/test_word.py::test_says_it_passed_and_stops_early",), timeout_s=20),
+            exitfirst=True,
+        )
+        validator.warm.restored(clean=True)
+        assert not result.ok and result.error is not None
+        marker = project / "marker.txt"
+        seen = marker.read_text() if marker.exists() else None
+        time.sleep(0.3)
+        assert (marker.read_text() if marker.exists() else None) == seen
+
+
+def test_a_process_counts_as_dying_only_once_nothing_of_it_can_run_again(tmp_path):
+    import subprocess
+    import time
+
+    from ralph.validators.warm import _dying
+
+    sleeper = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import threading, time; threading.Thread(target=time.sleep, args=(600,)).start(); time.sleep(600)",
+        ]
+    )
+    try:
+        time.sleep(0.3)
+        assert not _dying(sleeper.pid)
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        time.sleep(0.1)
+        assert not _dying(sleeper.pid)  # stopped: a SIGCONT lets it run again
+        os.kill(sleeper.pid, signal.SIGKILL)
+        assert _dying(sleeper.pid)  # (a zombie, exiting, or SIGKILL pending in every thread)
+        time.sleep(0.2)
+        assert _dying(sleeper.pid)  # a zombie
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert _dying(sleeper.pid)  # gone
+
+
+def test_a_readied_child_whose_configuration_fails_is_seen_at_once(validator, project):
+    # It ends through the worker's `_exit`, stopped: whatever the worker watches for its end (its
+    # status pipe) must see that end then, not at the 30 s limit of a spare's readiness.
+    import time
+
+    write_files(project, {"pytest.ini": "[pytest]\nrequired_plugins = ralph-no-such-plugin\n"})
+    args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-x"]
+    began = time.monotonic()
+    codes = []
+    for _ in range(2):
+        result = validator.warm.run(args, ["tests/test_lib.py::test_ok"], env={}, timeout_s=60, spare=True)
+        validator.warm.restored(clean=True)
+        codes.append(result.returncode)
+    assert codes == [4, 4] and result.error is None
+    assert time.monotonic() - began < 10
