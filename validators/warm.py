@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import itertools
 import json
 import os
 import secrets
@@ -287,63 +286,16 @@ def _chain(pid: int) -> list[int]:
     return chain
 
 
-_LEFT = "processes the tests started were still running after the reply (killed; no verdict)"
-
-
-def _left_in_sandbox(pid: int, chain: Sequence[int], grace_s: float = 0.5) -> str | None:
+def _left_in_sandbox(pid: int, chain: Sequence[int]) -> str | None:
     """Why the worker's sandbox holds more than it did when the worker started, or None: the same
-    chain of single children down to the worker, and below the worker nothing that can run again
-    (the child the worker killed once it stopped is torn down after the reply: `_dying`). Any other
-    process is one the request started, still running."""
+    chain of single children down to the worker, and the worker with no child once it has replied.
+    Any other process is one the request started, still running."""
     try:
-        if any(_children(parent) != [child] for parent, child in itertools.pairwise(chain)):
-            return _LEFT
-        deadline = time.monotonic() + grace_s
-        # (A killed process shows it a moment later: the grace covers the signal's delivery.)
-        while not all(_dying(p) for p in _below(chain[-1])):
-            if time.monotonic() > deadline:
-                return _LEFT
-            time.sleep(0.0005)
+        if _chain(pid) == list(chain) and not _children(chain[-1]):
+            return None
     except OSError:
         return "the sandbox's processes cannot be seen (/proc/PID/task/TID/children): no verdict"
-    return None
-
-
-def _below(pid: int) -> list[int]:
-    """Every process below `pid` (children of children too)."""
-    found: list[int] = []
-    todo = [pid]
-    while todo and len(found) < 10_000:
-        children = _children(todo.pop())
-        found += children
-        todo += children
-    return found
-
-
-_PF_EXITING = 0x4  # (the kernel's task flag: the task is in do_exit, never back in user mode)
-_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
-
-
-def _dying(pid: int) -> bool:
-    """Whether no thread of `pid` can run its code again: each has exited (a zombie), is exiting, or
-    has SIGKILL pending (it dies before it returns to user mode); True once it is gone."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return True
-    for tid in tids:
-        try:
-            stat_line = Path(f"/proc/{pid}/task/{tid}/stat").read_bytes()
-            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
-        except FileNotFoundError:
-            continue  # (that thread is gone)
-        fields = stat_line.rsplit(b")", 1)[1].split()
-        if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
-            continue
-        pending = [line.split()[1] for line in status.splitlines() if line.startswith(("SigPnd:", "ShdPnd:"))]
-        if not any(int(mask, 16) & _SIGKILL_BIT for mask in pending):
-            return False
-    return True
+    return "processes the tests started were still running after the reply (killed; no verdict)"
 
 
 def _pidfd(pid: int) -> int | None:

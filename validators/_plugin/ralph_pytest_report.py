@@ -970,11 +970,6 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             _end_now(int(exitstatus))
 
 
-# How `_end_now` ends the process: os._exit, or in the warm worker's children its `_exit` (the child
-# says its exit code and stops itself, and the worker need not wait for its teardown).
-end_process = os._exit
-
-
 def _end_now(code: int) -> None:
     """End the test process once a fail-fast run's closing record is written and a test failed: its
     verdict (a rejection) is known, and nothing pytest does after this (the terminal summary, two
@@ -982,7 +977,7 @@ def _end_now(code: int) -> None:
     what happens at unconfigure (an error from an unraisable exception) still counts there."""
     sys.stdout.flush()
     sys.stderr.flush()
-    end_process(code)
+    os._exit(code)
 
 
 def _tampered() -> list[list[str]]:

@@ -353,36 +353,27 @@ def _descendants() -> list[int]:
     return found
 
 
-def _kill_leftovers(keep: int = 0) -> int:
+def _kill_leftovers() -> int:
     """Kill everything below the worker and reap it (call when no spare is alive). Orphans of a test
-    are ours (we are a subreaper), so a daemon cannot slip away between rounds. `keep`: a stopped
-    child left alone, whose exited children (it cannot reap them) count as gone."""
+    are ours (we are a subreaper), so a daemon cannot slip away between rounds."""
     killed = 0
     for _ in range(200):
-        pids = _alive_below(keep)
+        pids = _descendants()
         if not pids:
             break
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
-        _reap(0.05, keep)
+        _reap(0.05)
     _reap(0.0)
-    if _alive_below(keep):  # still there after every round: this request's verdict cannot be trusted
+    if _descendants():  # still there after every round: this request's verdict cannot be trusted
         return -1
     return killed
 
 
-def _alive_below(keep: int) -> list[int]:
-    pids = _descendants()
-    if not keep:
-        return pids
-    return [pid for pid in pids if pid != keep and set(_task_states(pid)) - {"Z"}]
-
-
-def _reap(seconds: float, keep: int = 0) -> None:
-    """Reap exited children for up to `seconds` (until none is left; with `keep`, a stopped child,
-    until nothing else below the worker is alive)."""
+def _reap(seconds: float) -> None:
+    """Reap exited children for up to `seconds` (until none is left)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
@@ -390,7 +381,7 @@ def _reap(seconds: float, keep: int = 0) -> None:
         except ChildProcessError:
             return
         if pid == 0:
-            if time.monotonic() >= deadline or (keep and not _alive_below(keep)):
+            if time.monotonic() >= deadline:
                 return
             time.sleep(0.001)
 
@@ -448,35 +439,11 @@ def _as_python_m_pytest(args: list) -> None:
 _QUIET = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
 
 
-# In a child: the pipe its last word goes to (its exit code, one byte), or None.
-_last_word: int | None = None
-
-
 def _exit(code: int) -> None:
-    """End a child: its output flushed, nothing of the worker's (atexit, buffers) run again. It says
-    its exit code and stops itself; the worker kills it from there and replies without waiting for
-    its address space to be torn down (2-5 ms a child; see `_end_stopped`)."""
+    """End a child: its output flushed, nothing of the worker's (atexit, buffers) run again."""
     sys.stdout.flush()
     sys.stderr.flush()
-    if _last_word is not None:
-        with contextlib.suppress(OSError):
-            os.write(_last_word, bytes([code & 0xFF]))
-            os.closerange(3, 1 << 20)  # (what the worker watches for its end sees that end now)
-            os.kill(os.getpid(), signal.SIGSTOP)
     os._exit(code)
-
-
-def _fork_child() -> tuple[int, int]:
-    """Fork a test child: (its pid, the worker's end of the pipe its last word comes through)."""
-    global _last_word
-    word_read, word_write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(word_read)
-        _last_word = word_write
-        return 0, -1
-    os.close(word_write)
-    return pid, word_read
 
 
 def _run_child(request: dict) -> None:
@@ -515,7 +482,7 @@ class _Spare:
         self.output = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish)
         request_read, self._request = os.pipe()
         self._status, status_write = os.pipe()
-        self.pid, self.last_word = _fork_child()
+        self.pid = os.fork()
         if self.pid == 0:
             os.close(self._request)
             os.close(self._status)
@@ -550,7 +517,6 @@ class _Spare:
             os.waitpid(self.pid, 0)
         _kill_leftovers()  # (called with no request in flight: all below the worker is the spare's)
         self.output.close()
-        os.close(self.last_word)
 
     def finish(self, path: str) -> None:
         """After it ended: its output into the request's file."""
@@ -671,26 +637,22 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
     readied = spare is not None and spare.matches(request) and spare.ready(min(30.0, timeout))
     if spare is not None and readied:
         spare.send(request)
-        pid, word = spare.pid, spare.last_word
+        pid = spare.pid
     else:
         if spare is not None:
             spare.discard()
-        pid, word = _fork_child()
+        pid = os.fork()
         if pid == 0:
             _run_child(request)
     secret = _secret()  # (the child, forked without it, never holds it)
-    status, disk_exceeded, said = _wait_child(pid, word, start + timeout, request["cwd"])
-    os.close(word)
-    timed_out = status is None and said is None and not disk_exceeded
-    if said is not None:
-        code, leftovers = _end_stopped(pid, said)
-    else:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # the child's stragglers too (a test that forked)
-        if status is None:
-            _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status) if status is not None else -9
-        leftovers = _kill_leftovers()  # setsid daemons, double forks: reparented to us, killed
+    status, disk_exceeded = _wait_child(pid, start + timeout, request["cwd"])
+    timed_out = status is None and not disk_exceeded
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)  # the child's stragglers too (a test that forked)
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status) if status is not None else -9
+    leftovers = _kill_leftovers()  # setsid daemons, double forks: reparented to us, killed
     if spare is not None and readied:
         spare.finish(request["output"])
     return {
@@ -706,89 +668,33 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
     }
 
 
-def _wait_child(pid: int, word: int, deadline: float, cwd: str) -> tuple[int | None, bool, int | None]:
-    """How the child ended: its wait status once it exited (None past `deadline`, or once the disk
-    cap is passed: then True), or its last word (its exit code) once it said it and stopped itself."""
-    status = said = None
+def _wait_child(pid: int, deadline: float, cwd: str) -> tuple[int | None, bool]:
+    """The child's wait status (None past `deadline`, or once the disk cap is passed: then True)."""
+    status = None
     pidfd = _pidfd(pid)
-    watched = [fd for fd in (pidfd, word) if fd is not None]
     cap = int(_SETTINGS.get("RALPH_DISK_CAP") or 1 << 30)
     free_at_start = _free_bytes(cwd)
     disk_exceeded = False
-    pause = 0.0001
     while status is None:
         done, raw = os.waitpid(pid, os.WNOHANG)
         if done:
-            status, said = raw, None  # (an exit is the last word, whatever it said before)
-        elif said is not None and _all_stopped(pid):
-            break
+            status = raw
         elif time.monotonic() > deadline:
-            said = None
             break
         elif free_at_start is not None and free_at_start - (_free_bytes(cwd) or free_at_start) > cap:
-            disk_exceeded, said = True, None
+            disk_exceeded = True
             break
         elif os.getppid() != _PARENT:  # ralph is gone: take the test down with us
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             os._exit(1)
-        elif said is not None:  # its stop follows its last word at once (or it said it early)
-            time.sleep(pause)
-            pause = min(0.002, pause * 2)
-        elif watched:  # woken the moment the child exits or says its last word
-            timeout = max(0.0, min(0.25, deadline - time.monotonic()))
-            if word in select.select(watched, [], [], timeout)[0]:
-                data = os.read(word, 1)
-                if data:
-                    said = data[0]
-                else:  # nobody holds its other end any more: it can say nothing
-                    watched.remove(word)
+        elif pidfd is not None:  # woken the moment the child exits
+            select.select([pidfd], [], [], max(0.0, min(0.25, deadline - time.monotonic())))
         else:
             time.sleep(0.002)
     if pidfd is not None:
         os.close(pidfd)
-    return status, disk_exceeded, said
-
-
-def _task_states(pid: int) -> list[str]:
-    """The state letter of each thread of `pid` (`T`: stopped, `Z`: exited, unreapable), from /proc;
-    empty once it is gone."""
-    states = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                states.append(f.read().rsplit(b")", 1)[1].split()[0].decode())
-        except (OSError, IndexError):
-            continue
-    return states
-
-
-def _all_stopped(pid: int) -> bool:
-    """Whether every thread of `pid` is stopped: none runs again until something continues it."""
-    states = _task_states(pid)
-    return bool(states) and all(state == "T" for state in states)
-
-
-def _end_stopped(pid: int, said: int) -> tuple[int, int]:
-    """A child that said its exit code and stopped itself: (its code, the leftovers killed). Every
-    other process below the worker goes first, so none is left that could continue it; then, still
-    stopped, it is killed without waiting for its address space to be torn down (it cannot run again;
-    it is reaped later). Found running again (a process of its own continued it before it died):
-    killed and waited for, and no verdict (-9)."""
-    leftovers = _kill_leftovers(keep=pid)
-    if not _all_stopped(pid):
-        for kill in (os.killpg, os.kill):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):  # (reaped already, if it ran on to its exit)
-            os.waitpid(pid, 0)
-        return -9, _kill_leftovers()
-    os.kill(pid, signal.SIGKILL)
-    return said, leftovers  # (as the exit status would have it: os._exit takes its low byte)
+    return status, disk_exceeded
 
 
 def main() -> None:
@@ -803,7 +709,6 @@ def main() -> None:
     _forget_project_modules(own, os.getcwd())
     if "ralph_pytest_report" in sys.modules:  # (where the installed code it judges lies)
         sys.modules["ralph_pytest_report"].learn_places()
-        sys.modules["ralph_pytest_report"].end_process = _exit  # (a child's: see `_exit`)
     # What the worker imported lives as long as it does: keep it out of every child's collections.
     # pytest collects garbage at the end of each session (twice), which over an unfrozen heap of
     # preloaded modules is slow (docs/measurements.md).
