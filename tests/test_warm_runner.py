@@ -838,3 +838,49 @@ def test_a_run_naming_whole_classes_by_their_tests_runs_and_ranks_exactly_those(
         assert {t.nodeid.split("::")[-1]: t.outcome for t in gone.tests}["test_gone"] == "error"
     finally:
         warm.close()
+
+
+# What a test leaves running or unreaped is killed before the reply, and the verdict stands.
+
+_LEFT_BEHIND = """\
+import os, signal, subprocess, sys, time
+
+
+def test_leaves_a_zombie_and_a_sleeper():
+    subprocess.Popen([sys.executable, "-c", "pass"])  # exits at once, never waited for
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    time.sleep(0.5)
+"""
+
+
+def test_what_a_test_leaves_running_or_unreaped_is_killed_and_the_verdict_stands(validator, project):
+    write_files(project, {"tests/test_left.py": _LEFT_BEHIND})
+    import time
+
+    for _ in range(2):
+        began = time.monotonic()
+        result = validator.check(
+            Scope(tests=("tests/test_left.py::test_leaves_a_zombie_and_a_sleeper",)), exitfirst=True
+        )
+        validator.warm.restored(clean=True)
+        assert result.error is None, result.error
+        assert outcomes(result) == {"test_leaves_a_zombie_and_a_sleeper": "passed"}
+        assert time.monotonic() - began < 5
+    assert validator.warm.readied == 1 and validator.warm.starts == 1
+
+
+def test_a_readied_child_whose_configuration_fails_is_seen_at_once(validator, project):
+    # A spare that ends while it configures is seen at once (its status pipe closes), not at the 30 s
+    # limit of a spare's readiness.
+    import time
+
+    write_files(project, {"pytest.ini": "[pytest]\nrequired_plugins = ralph-no-such-plugin\n"})
+    args = ["-p", "ralph_pytest_report", "-p", "no:cacheprovider", "-x"]
+    began = time.monotonic()
+    codes = []
+    for _ in range(2):
+        result = validator.warm.run(args, ["tests/test_lib.py::test_ok"], env={}, timeout_s=60, spare=True)
+        validator.warm.restored(clean=True)
+        codes.append(result.returncode)
+    assert codes == [4, 4] and result.error is None
+    assert time.monotonic() - began < 10
