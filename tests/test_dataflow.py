@@ -195,3 +195,34 @@ def test_an_edits_size_counts_the_tokens_it_changed():
     assert size(module, swapped) == 2
     rewritten = "".join(f"y{i} = h({i})\n" for i in range(3000))  # one hunk of 18,000 tokens a side
     assert size(module, rewritten) == 6 * 3000  # (too large to diff: its longer side)
+
+
+def test_the_semantic_readings_parse_each_text_of_an_edit_once(monkeypatch):
+    # plausibility (ruff's rules aside: `cuts`, `swallowed`, the changed functions), special-case and
+    # deleted-behaviour all read the same two texts: tabulate's 3,000 lines cost ~20 ms a parse.
+    import ast
+
+    from ralph.validators import dataflow
+    from ralph.validators.deleted import deletions
+    from ralph.validators.plausibility import changed_functions
+    from ralph.validators.special_case import special_cases
+
+    filler = "".join(f"def g{i}(x):\n    return x + {i}\n\n\n" for i in range(20))
+    before = filler + "def f(a, b):\n    if a:\n        print(a)\n    return a + b\n"
+    after = filler + "def f(a, b):\n    return a\n"
+    dataflow._parsed.cache_clear()
+    dataflow._read.cache_clear()
+    seen: list[str] = []
+    real = ast.parse
+
+    def counting(source, *args, **kwargs):
+        seen.append(source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting)
+    assert [c.parameter for c in dataflow.cuts(before, after)] == ["b"]
+    assert dataflow.swallowed(before, after) == []
+    special_cases(before, after, {"tests/test_f.py::test_f": {("int", "1")}})
+    assert changed_functions(before, after)
+    deletions(before, after, {82: ["tests/test_f.py::test_f"], 83: ["tests/test_f.py::test_f"]})
+    assert sorted(seen) == sorted([before, after])

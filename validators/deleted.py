@@ -30,8 +30,8 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from ralph.domain.candidate import shared_ends
-from ralph.domain.pyast import parse
 from ralph.domain.results import Diagnostic, StageResult, findings_result
+from ralph.validators.dataflow import parsed
 from ralph.validators.selection import CoverageIndex
 from ralph.validators.stages import Attempt
 
@@ -65,7 +65,7 @@ def deletions(before: str, after: str, ran: Mapping[int, Collection[str]]) -> li
     if not removed:  # (most edits: no parse of a large module)
         return []
     try:
-        tree = parse(before)
+        tree = parsed(before)
     except (SyntaxError, ValueError, RecursionError):
         return []
     found = []

@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from ralph.domain.candidate import FileChange, edited_lines, shared_ends
-from ralph.domain.pyast import parse
 from ralph.domain.results import Diagnostic, StageResult, elapsed_ms, findings_result
 from ralph.sandboxes.local import Started
-from ralph.validators.dataflow import Edit
+from ralph.validators.dataflow import Edit, parsed
 from ralph.validators.toolchain import Toolchain
 
 RULES = ("ARG001", "ARG002", "F841", "PLR0124", "SIM114", "RUF034")
@@ -232,8 +231,8 @@ class _Own:
         counts: dict[str, int] = {}
         variadic: set[tuple[str, int]] = set()
         try:
-            tree = parse(self._after)
-        except (SyntaxError, ValueError):
+            tree = parsed(self._after)
+        except (SyntaxError, ValueError, RecursionError):
             tree = ast.Module(body=[], type_ignores=[])
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -247,8 +246,8 @@ class _Own:
 def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
     """The line spans (first, last) of the functions of `after` whose lines the edit changed."""
     try:
-        tree = parse(after)
-    except (SyntaxError, ValueError):
+        tree = parsed(after)
+    except (SyntaxError, ValueError, RecursionError):
         return []
     low, high = edited_lines(before, after)
     spans = []

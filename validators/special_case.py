@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from ralph.domain.candidate import FileChange
 from ralph.domain.pyast import literal_eval, parse
 from ralph.domain.results import Diagnostic, StageResult, findings_result
-from ralph.validators.dataflow import Edit, Function
+from ralph.validators.dataflow import Edit, Function, parsed
 
 if TYPE_CHECKING:
     from ralph.validators.stages import Attempt
@@ -94,7 +94,7 @@ def literals(nodes: Iterator[ast.AST]) -> frozenset[Key]:
 def _held(text: str) -> frozenset[Key]:
     """The literals a module's text holds, the trivial ones too (the accepted text of a file is read
     for each candidate that changes it: once)."""
-    return literals(ast.walk(parse(text))) | TRIVIAL
+    return literals(ast.walk(parsed(text))) | TRIVIAL
 
 
 @dataclass(frozen=True)
