@@ -645,6 +645,8 @@ def _serve_one(request: dict, spare: _Spare | None) -> dict:
         if pid == 0:
             _run_child(request)
     secret = _secret()  # (the child, forked without it, never holds it)
+    # The reply waits for the child's exit to end, teardown included: until then the kernel may still
+    # write into its memory, a shared mapping of a workspace file too (docs/measurements.md).
     status, disk_exceeded = _wait_child(pid, start + timeout, request["cwd"])
     timed_out = status is None and not disk_exceeded
     with contextlib.suppress(ProcessLookupError, PermissionError):
