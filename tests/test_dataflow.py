@@ -211,7 +211,6 @@ def test_the_semantic_readings_parse_each_text_of_an_edit_once(monkeypatch):
     before = filler + "def f(a, b):\n    if a:\n        print(a)\n    return a + b\n"
     after = filler + "def f(a, b):\n    return a\n"
     dataflow._parsed.cache_clear()
-    dataflow._read.cache_clear()
     seen: list[str] = []
     real = ast.parse
 

@@ -80,11 +80,13 @@ class Edit:
 
     @classmethod
     def read(cls, before: str, after: str) -> Edit | None:
-        """The edit from `before` to `after`; None where either text does not parse. (Shared, as
-        its trees are: read only.)"""
-        if len(before) + len(after) > _KEPT_TEXT:
-            return _read.__wrapped__(before, after)
-        return _read(before, after)
+        """The edit from `before` to `after`; None where either text does not parse. Its trees are
+        shared (`parsed`): read only."""
+        try:
+            old, new = _functions(parsed(before)), _functions(parsed(after))
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+        return cls(old, new, edited_lines(before, after))
 
     def changed(self) -> Iterator[tuple[str, Function]]:
         """The functions of the new text the edit changed: over the lines it touched, not the same tree."""
@@ -127,15 +129,6 @@ class Edit:
                     continue
                 found.append(Swallowed(name, handler.lineno, _caught(handler)))
         return found
-
-
-@functools.lru_cache(maxsize=2)
-def _read(before: str, after: str) -> Edit | None:
-    try:
-        old, new = _functions(parsed(before)), _functions(parsed(after))
-    except (SyntaxError, ValueError, RecursionError):
-        return None
-    return Edit(old, new, edited_lines(before, after))
 
 
 def cuts(before: str, after: str) -> list[Cut]:

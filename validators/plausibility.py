@@ -232,7 +232,7 @@ class _Own:
         variadic: set[tuple[str, int]] = set()
         try:
             tree = parsed(self._after)
-        except (SyntaxError, ValueError, RecursionError):
+        except (SyntaxError, ValueError):
             tree = ast.Module(body=[], type_ignores=[])
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -247,7 +247,7 @@ def changed_functions(before: str, after: str) -> list[tuple[int, int]]:
     """The line spans (first, last) of the functions of `after` whose lines the edit changed."""
     try:
         tree = parsed(after)
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError):
         return []
     low, high = edited_lines(before, after)
     spans = []
