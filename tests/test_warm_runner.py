@@ -87,6 +87,33 @@ def test_the_projects_own_modules_are_never_preloaded(project):
     assert not {"lib", "pkg", "tests"} & set(preload)
 
 
+def test_the_standard_librarys_submodules_the_project_imports_are_preloaded_and_no_package_s(tmp_path):
+    # unittest.mock (asyncio with it) costs a child ~10 ms to import; a package's submodule is left
+    # to the child, after the conftest (matplotlib.pyplot picks its backend when imported).
+    write_files(
+        tmp_path,
+        {
+            "tests/test_seen.py": (
+                "import sys\n\nAHEAD = 'unittest.mock' in sys.modules, 'rich.console' in sys.modules\n"
+                "from unittest import mock\nfrom rich.console import Console\nimport xml.dom.minidom\n\n\n"
+                "def test_what_was_there_first():\n    assert AHEAD == (True, False)\n"
+            ),
+        },
+    )
+    preload = third_party_imports(tmp_path)
+    assert {"unittest", "unittest.mock", "rich", "rich.console", "xml.dom.minidom"} <= set(preload)
+    assert "unittest.mock.mock" not in preload and "rich.console.Console" in preload  # (a guess)
+    toolchain = Toolchain(sys.executable, LocalSandbox(), tmp_path)
+    warm = WarmRunner(toolchain, preload)
+    try:
+        result = PytestValidator(toolchain, warm=warm).check(
+            Scope(tests=("tests/test_seen.py::test_what_was_there_first",))
+        )
+    finally:
+        warm.close()
+    assert outcomes(result) == {"test_what_was_there_first": "passed"}
+
+
 def test_a_test_past_the_per_test_limit_fails_and_the_others_still_run(project):
     toolchain = Toolchain(sys.executable, LocalSandbox(), project)
     validator = PytestValidator(toolchain, test_timeout_s=1.0)

@@ -436,9 +436,15 @@ def project_modules(project: Path) -> set[str]:
 
 
 def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
-    """Top-level modules the project imports that are not its own (safe to preload in the worker)."""
+    """Modules the project imports that are not its own (safe to preload in the worker): each top-level
+    name, then the dotted names it imports below one (`unittest.mock`, and for `from a.b import c`
+    both `a.b` and `a.b.c`, which may be a module). The worker imports a dotted name only below the
+    standard library (`_plugin/ralph_worker.py`): importing `unittest.mock` (and asyncio with it) is
+    ~10 ms of a child's collection; a package's submodule may depend on what a conftest sets first
+    (matplotlib.pyplot's backend)."""
     own = project_modules(project)
     found: dict[str, None] = {}
+    dotted: dict[str, None] = {}
     for source in project_sources(project, skip=("build", "dist"), limit=limit).values():
         try:
             tree = parse(source)
@@ -447,10 +453,14 @@ def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
         for node in ast.walk(tree):
             names = []
             if isinstance(node, ast.Import):
-                names = [a.name.split(".")[0] for a in node.names]
+                names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module.split(".")[0]]
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names if a.name != "*")]
             for name in names:
-                if name not in own and name not in ("conftest", "__future__") and not name.startswith("test"):
-                    found[name] = None
-    return [n for n in found if n not in _NEVER_PRELOAD]
+                top = name.split(".")[0]
+                if top in own or top in ("conftest", "__future__") or top.startswith("test"):
+                    continue
+                found[top] = None
+                if name != top:
+                    dotted[name] = None
+    return [n for n in (*found, *dotted) if n.split(".")[0] not in _NEVER_PRELOAD]

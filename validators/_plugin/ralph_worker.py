@@ -67,6 +67,14 @@ def _preload(modules: list[str]) -> list[str]:
     return loaded
 
 
+def _importable(modules: list[str]) -> list[str]:
+    """Of the project's imports, the names to preload: every top-level one, a dotted one only below
+    the standard library (a package's submodule may depend on what a conftest sets first:
+    matplotlib.pyplot's backend); none before Python 3.10, which cannot say what that is."""
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+    return [name for name in modules if "." not in name or name.split(".")[0] in stdlib]
+
+
 def _whole_file_cache_reads() -> None:
     """pytest's assertion rewriter reads a test module's cached code with `marshal.load(file)`,
     which takes the file a few bytes at a time through the file object: ~3.5 ms for tabulate's
@@ -704,7 +712,7 @@ def main() -> None:
     _prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem for the tests we fork
     own = [name for name in _SETTINGS.get("RALPH_OWN_MODULES", "").split(",") if name]
     builtin, plugins = _pytest_plugins(set(own))
-    loaded = _preload([*builtin, "ralph_pytest_report", *plugins, *sys.argv[1:]])
+    loaded = _preload([*builtin, "ralph_pytest_report", *plugins, *_importable(sys.argv[1:])])
     _whole_file_cache_reads()
     _narrow_unittest_fixture_scans()
     _warm_regex_cache(os.getcwd())
