@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected
+from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected, line_edits, lines_of
 from ralph.validators.coverage import remap_coverage
 from ralph.validators.selection import (
     COLLECTION,
@@ -193,3 +193,46 @@ def test_remapping_matches_a_whole_file_diff_on_a_multi_region_edit():
     after = before.replace("l3\n", "l3a\nl3b\n").replace("l15\n", "")
     remapped = remap_coverage({"t": {"m.py": list(range(1, 21))}}, (FileChange("m.py", before, after),))
     assert remapped["t"]["m.py"] == list(range(1, 21))  # every new line covered, none beyond the file
+
+
+def _reference_edits(before: list[str], after: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """The head and tail shared line by line, then difflib on the middle (what selection did)."""
+    import difflib
+
+    head = 0
+    while head < min(len(before), len(after)) and before[head] == after[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(before), len(after)) - head and before[-1 - tail] == after[-1 - tail]:
+        tail += 1
+    middle = difflib.SequenceMatcher(
+        None, before[head : len(before) - tail], after[head : len(after) - tail], autojunk=False
+    )
+    return [
+        (t, i1 + head, i2 + head, j1 + head, j2 + head)
+        for t, i1, i2, j1, j2 in middle.get_opcodes()
+        if t != "equal"
+    ]
+
+
+def test_line_edits_are_a_diff_of_the_two_texts_lines():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        before = [rng.choice("abc") for _ in range(rng.randint(0, 12))]
+        after = list(before)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randint(0, len(after))
+            if after and rng.random() < 0.5:
+                del after[min(at, len(after) - 1)]
+            else:
+                after.insert(at, rng.choice("abd"))
+        old, new = "".join(f"{x}\n" for x in before), "".join(f"{x}\n" for x in after)
+        got = line_edits(old, new)
+        assert list(got) == _reference_edits(before, after)
+        changed = {i for _, i1, i2, _, _ in got for i in range(i1, i2)}
+        added = {j for _, _, _, j1, j2 in got for j in range(j1, j2)}
+        kept = [x for i, x in enumerate(before) if i not in changed]
+        assert kept == [x for j, x in enumerate(after) if j not in added]  # (the rest is the same)
+        assert lines_of(new) == tuple(after)

@@ -39,7 +39,14 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ralph.domain.candidate import POLICY_RULES, PROTECTED_TESTS, FileChange, is_protected, shared_ends
+from ralph.domain.candidate import (
+    POLICY_RULES,
+    PROTECTED_TESTS,
+    FileChange,
+    is_protected,
+    lines_of,
+    shared_ends,
+)
 from ralph.domain.errors import GitError
 from ralph.domain.pyast import parse
 from ralph.domain.reparse import first_line, lines_as_python_numbers_them, reparsed
@@ -678,10 +685,10 @@ class _Construct:
 @functools.lru_cache(maxsize=8)  # (a candidate's, read by code_findings, _edited and _blocks)
 def _text_hunks(before: str, after: str) -> tuple[tuple[int, int, int, int], ...]:
     """`_hunks` of two texts' lines."""
-    return tuple(_hunks(before.splitlines(), after.splitlines()))
+    return tuple(_hunks(lines_of(before), lines_of(after)))
 
 
-def _hunks(before: list[str], after: list[str]) -> list[tuple[int, int, int, int]]:
+def _hunks(before: Sequence[str], after: Sequence[str]) -> list[tuple[int, int, int, int]]:
     """The regions an edit changed, `(i1, i2, j1, j2)`: before[i1:i2] became after[j1:j2]. Only the
     part between the lines both texts share at the start and the end is diffed."""
     head, tail = shared_ends(before, after)
@@ -701,7 +708,7 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     if not change.path.endswith((".py", ".pyi")) or change.after is None:
         return []
     before_text = change.before or ""
-    before, after = before_text.splitlines(), change.after.splitlines()
+    before, after = lines_of(before_text), lines_of(change.after)
     hunks = [(0, 0, 0, len(after))] if change.before is None else _text_hunks(before_text, change.after)
     found = _lexical(change.path, before, after, hunks, _LEXICAL, _harness_words(before_text))
     coding = _coding(after)
@@ -760,10 +767,10 @@ def _edited(before: str, after: str) -> ast.Module | None:
     alone with its lines numbered as in the whole (a one-line edit of a 100 KB module is not the
     whole module's parse), or only the innermost statement in it that the edit changed (`reparsed`:
     a method of a large class); the whole of `after` where a region does not parse alone."""
-    lines = after.splitlines()
+    lines = lines_of(after)
     body: list[ast.stmt] = []
     old = _accepted(before)
-    before_lines = before.splitlines()
+    before_lines = lines_of(before)
     hunks = _text_hunks(before, after)
     same_lines = all(i2 - i1 == j2 - j1 for i1, i2, j1, j2 in hunks)  # (every line keeps its number)
     same_lines = same_lines and lines_as_python_numbers_them(before) and lines_as_python_numbers_them(after)
@@ -822,8 +829,8 @@ def _coding(lines: Sequence[str]) -> tuple[int, str] | None:
 
 def _lexical(
     path: str,
-    before: list[str],
-    after: list[str],
+    before: Sequence[str],
+    after: Sequence[str],
     hunks: Sequence[tuple[int, int, int, int]],
     rules: Sequence[tuple[str, re.Pattern[str]]],
     known: frozenset[tuple[str, str]] = frozenset(),
@@ -848,7 +855,7 @@ def _lexical(
 def _harness_words(text: str) -> frozenset[tuple[str, str]]:
     """The harness's words a text has anywhere (a file that manipulates `sys.modules` itself, as
     toolz's `_build_tlz` does, may get a line that does so back; ralph's own words never)."""
-    return frozenset(_keys(text.splitlines(), [r for r in _LEXICAL if r[0] == "harness"]))
+    return frozenset(_keys(lines_of(text), [r for r in _LEXICAL if r[0] == "harness"]))
 
 
 def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) -> Iterator[tuple[str, str]]:
@@ -882,7 +889,7 @@ def _accepted(text: str) -> _Accepted | None:
     if tree is None:
         return None
     maps = _import_maps(tree)
-    reach = _Reach(tree, frozenset(), None, text.splitlines())
+    reach = _Reach(tree, frozenset(), None, lines_of(text))
     return _Accepted(
         tops=tuple(_tops(tree)),
         kinds=frozenset((c.rule, c.what) for c in reach.found),
@@ -907,7 +914,7 @@ def _accepted_statement(text: str, index: int) -> ast.stmt | None:
         index + 1 == len(tops) or tops[index + 1][0] > last
     )
     if owns and lines_as_python_numbers_them(text):
-        lines = text.splitlines()[first - 1 : last]
+        lines = lines_of(text)[first - 1 : last]
         part = _parse.__wrapped__("\n" * (first - 1) + "\n".join(lines) + "\n")
         alone = part.body[0] if part is not None and len(part.body) == 1 else None
         if alone is not None and (first_line(alone), alone.end_lineno) == (first, last):

@@ -4,7 +4,6 @@ graph for everything coverage cannot vouch for (module-level code, uncovered cod
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import itertools
 import keyword
@@ -13,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ralph.domain.candidate import FileChange
+from ralph.domain.candidate import FileChange, line_edits, lines_of
 from ralph.domain.pyast import parse
 from ralph.sandboxes.workspace import read_beneath
 
@@ -245,11 +244,11 @@ _NOT_WORDS = frozenset(keyword.kwlist) | {"self", "cls", "test", "tests", "None"
 def change_words(change: FileChange, limit: int = 60) -> list[str]:
     """Names a test of the changed code is likely named after: the identifiers (and words inside
     string literals) on the changed lines, before and after, and the function enclosing them."""
-    before = (change.before or "").splitlines()
-    after = (change.after or "").splitlines()
+    before = lines_of(change.before or "")
+    after = lines_of(change.after or "")
     found: dict[str, None] = {}
     text: list[str] = []
-    for _tag, i1, i2, j1, j2 in _edits(before, after):
+    for _tag, i1, i2, j1, j2 in line_edits(change.before or "", change.after or ""):
         text += before[i1:i2] + after[j1:j2]
         at = i1 + 1  # the first changed line (1-based), or the line an insertion precedes
         enclosing = (d.name for d in _definitions(change.before or "") if d.first <= at <= d.last)
@@ -298,30 +297,10 @@ def _runs(word: str) -> list[str]:
     ]
 
 
-def _edits(before: list[str], after: list[str]) -> list[tuple[str, int, int, int, int]]:
-    """difflib's non-equal opcodes between two line lists, as 0-based absolute ranges."""
-    # Trim the common head and tail first: a drafter's edit is small, files can be long.
-    head = 0
-    while head < min(len(before), len(after)) and before[head] == after[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(before), len(after)) - head and before[-1 - tail] == after[-1 - tail]:
-        tail += 1
-    middle = difflib.SequenceMatcher(
-        None, before[head : len(before) - tail], after[head : len(after) - tail], autojunk=False
-    )
-    return [
-        (tag, i1 + head, i2 + head, j1 + head, j2 + head)
-        for tag, i1, i2, j1, j2 in middle.get_opcodes()
-        if tag != "equal"
-    ]
-
-
 def changed_lines(change: FileChange) -> set[int]:
     """Lines of `before` (1-based) that the change replaces or deletes, or inserts next to."""
-    before = (change.before or "").splitlines()
     lines: set[int] = set()
-    for tag, i1, i2, _j1, _j2 in _edits(before, (change.after or "").splitlines()):
+    for tag, i1, i2, _j1, _j2 in line_edits(change.before or "", change.after or ""):
         if tag == "insert":  # between lines i1 and i1 + 1 (1-based): both neighbours count
             lines.update(n for n in (i1, i1 + 1) if n >= 1)
         else:

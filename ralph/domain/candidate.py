@@ -122,6 +122,30 @@ def unified_diff(changes: tuple[FileChange, ...] | list[FileChange]) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=16)
+def lines_of(text: str) -> tuple[str, ...]:
+    """`text.splitlines()`, once per text: a candidate's checks (the policy, the test selection) each
+    read the lines of the file it edits and of the accepted text, ~0.2 ms a split of a 100 KB module
+    (tabulate's), a dozen times a candidate."""
+    return tuple(text.splitlines())
+
+
+@functools.lru_cache(maxsize=16)
+def line_edits(before: str, after: str) -> tuple[tuple[str, int, int, int, int], ...]:
+    """difflib's non-equal opcodes between two texts' lines (no junk heuristic), as 0-based absolute
+    ranges; the lines both share at the start and the end are left out of the diff first."""
+    old, new = lines_of(before), lines_of(after)
+    head, tail = shared_ends(old, new)
+    middle = difflib.SequenceMatcher(
+        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
+    )
+    return tuple(
+        (tag, i1 + head, i2 + head, j1 + head, j2 + head)
+        for tag, i1, i2, j1, j2 in middle.get_opcodes()
+        if tag != "equal"
+    )
+
+
 def shared_ends(before: Sequence[object], after: Sequence[object]) -> tuple[int, int]:
     """How many lines the two sides share at the start, and then at the end (never overlapping).
     (Compared in C up to the first line that differs: every candidate's checks ask this of the whole

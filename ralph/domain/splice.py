@@ -21,6 +21,7 @@ from __future__ import annotations
 import __future__
 
 import ast
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -65,6 +66,11 @@ class Compiled:
     imported: tuple[str, ...] = ()  # the names an import binds at module level
     # Each body compiled alone as it stands, checked against `code` once (`accepted`), by first line.
     alone: dict[int, Alone | None] = field(default_factory=dict, compare=False, repr=False)
+
+    @functools.cached_property
+    def lines(self) -> list[bytes]:
+        """`source`'s lines, ends kept: split once, not for each candidate that edits it."""
+        return self.source.splitlines(keepends=True)
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,7 @@ def spliced(base: Compiled, source: bytes) -> CodeType | None:
     whole text then: that also says what its syntax error is)."""
     if source == base.source:
         return base.code
-    old, new = base.source.splitlines(keepends=True), source.splitlines(keepends=True)
+    old, new = base.lines, source.splitlines(keepends=True)
     if len(old) != len(new) or not base.bodies:
         return None
     head, tail = shared_ends(old, new)  # (the lines changed: from head + 1 to len - tail)
@@ -191,7 +197,7 @@ def spliced(base: Compiled, source: bytes) -> CodeType | None:
 
 def prepare(base: Compiled) -> None:
     """Compile every body of `base` alone ahead (`accepted`), so a candidate compiles only its own."""
-    old = base.source.splitlines(keepends=True)
+    old = base.lines
     for body in base.bodies:
         accepted(base, body, old)
 
@@ -202,7 +208,7 @@ def accepted(base: Compiled, target: Body, lines: list[bytes] | None = None) -> 
     if target.start in base.alone:
         return base.alone[target.start]
     found = None
-    chain = _alone(target, lines or base.source.splitlines(keepends=True), base)
+    chain = _alone(target, lines or base.lines, base)
     if chain is not None and (places := _places(base.code, target, chain[-1])) is not None:
         found = Alone(_around(chain), _key(chain[-1]), places)
     base.alone[target.start] = found
