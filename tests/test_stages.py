@@ -14,7 +14,17 @@ from ralph.domain.score import Observation, Score, score
 from ralph.validators.coverage import CoverageCache
 from ralph.validators.failed_first import RecentFailures
 from ralph.validators.selection import Selection
-from ralph.validators.stages import Attempt, StartedStage, Step, can_see, run_sequence, run_step
+from ralph.validators.stages import (
+    Attempt,
+    StartedStage,
+    Step,
+    can_see,
+    drop_started,
+    run_sequence,
+    run_step,
+    select_ahead,
+    start_step,
+)
 
 
 class Scorer:
@@ -122,6 +132,46 @@ def test_a_started_stage_is_started_first_and_a_crash_is_no_verdict() -> None:
     assert log == ["proc started", "boom", "proc collected"]
     assert broken is not None and not broken.accepted and broken.failed_stage == "boom"
     assert broken.reason == "boom: no verdict: the stage crashed: RuntimeError: on what the candidate left"
+
+
+def test_a_step_begun_ahead_is_not_started_again_and_its_ahead_work_runs_while_it_works() -> None:
+    # The verifier starts the first step's processes (ruff) before the policy reads the edit; the
+    # tests step's selection is made while they work, only once the step's own stages passed.
+    log: list[str] = []
+    step = Step((Fixed("syntax", log=log), Process(log)), ahead=lambda a: log.append("ahead"))
+    run = attempt()
+    started = start_step(step, run)
+    log.append("policy")
+    assert run_sequence((step, Step((Fixed("tests", log=log),))), run, started)[0] is None
+    assert log == ["proc started", "policy", "syntax", "ahead", "proc collected", "tests"]
+    log.clear()
+    broken = run_step(Step((Fixed("syntax", error="no", log=log), Process(log)), ahead=log.append), attempt())
+    assert broken is not None and log == ["proc started", "syntax", "proc collected"]
+    log.clear()
+    drop_started(start_step(step, attempt()))  # (a refused candidate's: waited for, never merged)
+    assert log == ["proc started", "proc collected"]
+
+
+def test_the_selection_made_ahead_is_kept_and_a_failure_there_is_met_again_in_its_step() -> None:
+    run = attempt()
+    chosen = Selection(tests=["t::ok"])
+    calls: list[int] = []
+
+    class Context:
+        def score(self, obs: Observation) -> Score:
+            return score(BASE, obs)
+
+        def selection(self, candidate: Candidate) -> Selection:
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("the index was being rebuilt")
+            return chosen
+
+    run.context = Context()  # type: ignore[assignment]
+    select_ahead(run)  # (the failure is not the static step's)
+    assert run.selection is chosen and len(calls) == 2
+    select_ahead(run)
+    assert len(calls) == 2
 
 
 def test_a_step_that_must_improve_rejects_what_does_not() -> None:

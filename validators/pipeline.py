@@ -36,7 +36,7 @@ from ralph.validators.impact import TestImpact
 from ralph.validators.localize import scored_lines
 from ralph.validators.plan import STAGES, Entry, Plan, check
 from ralph.validators.pytest_run import gate_tests
-from ralph.validators.stages import Attempt, Context, Reset, Step, run_sequence
+from ralph.validators.stages import Attempt, Context, Reset, Step, drop_started, run_sequence, start_step
 from ralph.validators.toolchain import Toolchain
 from ralph.validators.tools import Tools
 
@@ -239,12 +239,17 @@ class Verifier:
         start = time.perf_counter()
         scratch = self.tools.toolchain.scratch
         try:
+            self.impact.graph()  # read the sources now, before any of the candidate's code has run
+            attempt = Attempt(self._context(), candidate, current, reset, progress=progress)
+            # The first step's own processes (ruff: they read the edit, never run it) start before the
+            # policy reads the edit, whose time their wait then hides.
+            first = start_step(steps[0], attempt) if steps and steps[0].before is None else None
             if reason := self.policy(candidate):
+                if first is not None:
+                    drop_started(first)
                 report = VerifyReport(False, reason, failed_stage="policy")
             else:
-                self.impact.graph()  # read the sources now, before any of the candidate's code has run
-                attempt = Attempt(self._context(), candidate, current, reset, progress=progress)
-                broken, attempt = run_sequence(steps, attempt)
+                broken, attempt = run_sequence(steps, attempt, first)
                 report = broken or attempt.report(
                     True, passed or f"remaining error {attempt.before} -> {attempt.remaining}"
                 )

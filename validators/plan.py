@@ -44,6 +44,7 @@ from ralph.validators.stages import (
     SyntaxStage,
     TypesStage,
     put_back,
+    select_ahead,
 )
 from ralph.validators.tools import Tools
 
@@ -81,7 +82,8 @@ STAGES: tuple[Entry, ...] = (
 
 # Each step's order and what it does besides running its stages.
 STEPS: dict[str, Step] = {
-    "static": Step(()),
+    # (the tests step's choice of tests made while ruff lints)
+    "static": Step((), ahead=select_ahead),
     "targeted": Step((), must_improve="no improvement on the targeted checks"),
     # (again: what remains is counted anew there, by `ruff check` where the static step took the
     # resident server's word, so no improvement rests on the server's count alone)
@@ -137,4 +139,8 @@ def _detection(tools: Tools) -> tuple[Step, ...]:
     """Syntax and ruff, the selected tests in the warm runner, the type checker. A regressing
     mutant is rejected, never formatted: the detection has no format stage."""
     checks = (SyntaxStage(tools.syntax), LintStage(tools.ruff))
-    return (Step(checks), Step((SelectedTestsStage(tools.tests),)), Step((TypesStage(settled=True),)))
+    return (
+        Step(checks, ahead=select_ahead),
+        Step((SelectedTestsStage(tools.tests),)),
+        Step((TypesStage(settled=True),)),
+    )

@@ -10,6 +10,7 @@ validator) and an entry in the registry (validators/plan.py).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -140,21 +141,38 @@ class Step:
     """Stages that run together. `before`: what is done first (the workspace put back); `repair`:
     a second chance when the step fails (ruff's safe fixes), returning the attempt to go on with;
     `must_improve`: the reason a candidate is rejected with when, after the step, its remaining
-    error is not below the accepted state's."""
+    error is not below the accepted state's; `ahead`: what a later step needs of the attempt, done
+    while this step's processes work, once its other stages passed (their wait hides it)."""
 
     stages: tuple[Stage, ...]
     before: Callable[[Attempt], None] | None = None
     repair: Repair | None = None
     must_improve: str | None = None
     blame: str | None = None  # the failed stage named for `must_improve`
+    ahead: Callable[[Attempt], None] | None = None
 
 
-def run_step(step: Step, attempt: Attempt) -> VerifyReport | None:
-    """Run a step's wanted stages (a started one first, the rest inline or in threads) and merge
-    their results in declared order."""
+# A step's wanted stages and the collectors of those started already (by position).
+Started = tuple[list["Stage"], dict[int, Callable[[], StageResult]]]
+
+
+def start_step(step: Step, attempt: Attempt) -> Started:
+    """Start a step's stages that run processes of their own (ruff): `run_step` goes on from here."""
     stages = [s for s in step.stages if s.wanted(attempt)]
-    started = {i: _start(s, attempt) for i, s in enumerate(stages) if isinstance(s, StartedStage)}
-    inline = [(i, s) for i, s in enumerate(stages) if i not in started]
+    return stages, {i: _start(s, attempt) for i, s in enumerate(stages) if isinstance(s, StartedStage)}
+
+
+def drop_started(started: Started) -> None:
+    """Wait for started stages whose results nobody will read (their processes' files closed)."""
+    for finish in started[1].values():
+        finish()
+
+
+def run_step(step: Step, attempt: Attempt, started: Started | None = None) -> VerifyReport | None:
+    """Run a step's wanted stages (a started one first, the rest inline or in threads) and merge
+    their results in declared order; `started`: the step as `start_step` began it."""
+    stages, running = started if started is not None else start_step(step, attempt)
+    inline = [(i, s) for i, s in enumerate(stages) if i not in running]
     results: dict[int, StageResult] = {}
     try:
         if len(inline) == 1:
@@ -163,10 +181,19 @@ def run_step(step: Step, attempt: Attempt) -> VerifyReport | None:
             with ThreadPoolExecutor(max_workers=len(inline)) as pool:
                 futures = {i: pool.submit(_run, s, attempt) for i, s in inline}
                 results.update({i: f.result() for i, f in futures.items()})
+        if step.ahead is not None and running and all(r.ok and r.error is None for r in results.values()):
+            step.ahead(attempt)
     finally:
-        for i, finish in started.items():  # always waited for (and its files closed)
+        for i, finish in running.items():  # always waited for (and its files closed)
             results[i] = finish()
     return attempt.merge([results[i] for i in range(len(stages))]) if stages else None
+
+
+def select_ahead(attempt: Attempt) -> None:
+    """The tests that can see the change, chosen while ruff lints (chosen again in the tests step,
+    which then reports what went wrong, where choosing fails here)."""
+    with contextlib.suppress(Exception):
+        _ = attempt.selection  # (computed once, kept by the attempt)
 
 
 # A validator that crashes (on what a candidate left, say) fails that candidate, not the run: its
@@ -201,17 +228,19 @@ def _start(stage: StartedStage, attempt: Attempt) -> Callable[[], StageResult]:
     return collect
 
 
-def run_sequence(steps: Sequence[Step], attempt: Attempt) -> tuple[VerifyReport | None, Attempt]:
+def run_sequence(
+    steps: Sequence[Step], attempt: Attempt, started: Started | None = None
+) -> tuple[VerifyReport | None, Attempt]:
     """The steps in order until one rejects the candidate: (that rejection or None, the attempt as
-    it ended, which a repair may have replaced)."""
-    for step in steps:
+    it ended, which a repair may have replaced); `started`: the first step, begun (`start_step`)."""
+    for n, step in enumerate(steps):
         if step.before is not None:
             step.before(attempt)
         if attempt.progress is not None:
             names = [s.name for s in step.stages if s.wanted(attempt)]
             if names:
                 attempt.progress(" + ".join(dict.fromkeys(names)))
-        broken = run_step(step, attempt)
+        broken = run_step(step, attempt, started if n == 0 else None)
         if broken is not None and step.repair is not None and (repaired := step.repair(attempt)):
             attempt, broken = repaired, None
         if broken is not None:
