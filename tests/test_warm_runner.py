@@ -212,6 +212,36 @@ def test_a_child_readied_ahead_runs_the_code_written_after_it_was_forked(validat
     assert validator.warm.readied == 1
 
 
+def test_the_code_a_readied_child_read_ahead_serves_only_imports_of_the_same_bytes(validator, project):
+    # The spare unmarshals the project's cached code while it waits; an import that then reads other
+    # bytes (the candidate's module, compiled anew) unmarshals those: the tests see the new code.
+    import py_compile
+    import time
+
+    write_files(
+        project,
+        {
+            "tests/test_ahead.py": (
+                "import sys\n\n\ndef test_read_ahead():\n"
+                "    assert sys.modules['_frozen_importlib_external'].marshal.loads.__name__ == '_loads'\n"
+            )
+        },
+    )
+    for path in ("lib.py", "tests/test_ahead.py"):
+        py_compile.compile(str(project / path), doraise=True)
+    ahead = Scope(tests=("tests/test_lib.py::test_ok", "tests/test_ahead.py::test_read_ahead"))
+    first = outcomes(validator.check(ahead, exitfirst=True))
+    assert first == {"test_ok": "passed", "test_read_ahead": "failed"}  # (a fresh child: none)
+    validator.warm.restored(clean=True)
+    time.sleep(1.0)  # (it reads ahead now: lib's cached code, as it is)
+    _rewrite(project, "lib.py", "import json\n\n\ndef answer():\n    return 41\n")
+    py_compile.compile(str(project / "lib.py"), doraise=True)
+    again = validator.check(Scope(tests=ahead.tests[::-1]), exitfirst=True)
+    assert outcomes(again) == {"test_read_ahead": "passed", "test_ok": "failed"}
+    assert "assert 41 == 42" in next(t.message for t in again.tests if t.failing)
+    assert validator.warm.readied == 1
+
+
 def test_no_child_is_readied_ahead_where_configuring_runs_project_code(validator, project):
     # A conftest is the project's code, and pytest loads it while configuring, before the candidate.
     write_files(project, {"tests/conftest.py": "import lib\n"})

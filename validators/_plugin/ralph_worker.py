@@ -34,6 +34,7 @@ import tempfile
 import time
 import traceback
 import types
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -75,6 +76,84 @@ def _importable(modules: list[str]) -> list[str]:
     return [name for name in modules if "." not in name or name.split(".")[0] in stdlib]
 
 
+# Code objects the spare read ahead from the project's bytecode caches, by the bytes they are read
+# from (`_read_code_ahead`): `marshal.loads` of the same bytes gives the same code, so an import
+# that reads those bytes gets this object instead (once: importlib fixes a code's file name in place).
+_code_ahead: dict[bytes, object] = {}
+
+
+def _loads(data, /, **options):
+    """`marshal.loads`, or the code read ahead from the same bytes."""
+    if not options and _code_ahead:
+        with contextlib.suppress(TypeError):  # (bytes a memoryview of which cannot be hashed)
+            code = _code_ahead.pop(data, None)
+            if code is not None:
+                return code
+    return marshal.loads(data, **options)
+
+
+def _cached_code_files(root: str, first: list[str], waiting: Callable[[], bool]) -> Iterator[str]:
+    """The bytecode caches this interpreter reads under `root` (importlib's, and pytest's of its
+    rewritten test modules), those of the files in `first` (the last request's test files) first;
+    while `waiting()`."""
+    tag = getattr(sys.implementation, "cache_tag", None)
+    if not tag:
+        return
+    for name in dict.fromkeys(n for n in first if n.endswith(".py")):
+        head, _, file = name.rpartition("/")
+        folder = os.path.join(root, head, "__pycache__")
+        with contextlib.suppress(OSError):
+            yield from sorted(
+                os.path.join(folder, f) for f in os.listdir(folder) if f.startswith(f"{file[:-3]}.{tag}")
+            )
+    for folder, dirs, files in os.walk(root):
+        if not waiting():
+            return
+        if "pyvenv.cfg" in files or "site-packages" in folder:
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "node_modules")
+        if os.path.basename(folder) == "__pycache__":
+            yield from sorted(os.path.join(folder, f) for f in files if f".{tag}" in f and f.endswith(".pyc"))
+
+
+def _read_code_ahead(root: str, first: list[str], request_read: int, max_bytes: int = 32 << 20) -> int:
+    """In the spare, waiting for its request: unmarshal the cached code under `root`
+    (`_cached_code_files`: after each file's 16-byte header) into `_code_ahead` until the request is
+    there to read, or `max_bytes` were read. Nothing is imported or run; an import that then reads
+    the same bytes skips the unmarshalling (~1 ms of pyasn1's test_decoder.py). Returns how many."""
+    import importlib.util
+
+    def waiting() -> bool:
+        return not select.select([request_read], [], [], 0)[0]
+
+    read = 0
+    for path in _cached_code_files(root, first, waiting):
+        if read >= max_bytes or not waiting():
+            break
+        try:
+            data = _regular_file_head(path, max_bytes - read + 1)
+            if len(data) <= 16 or data[:4] != importlib.util.MAGIC_NUMBER or read + len(data) > max_bytes:
+                continue
+            read += len(data)
+            if data[16:] not in _code_ahead:
+                _code_ahead[data[16:]] = marshal.loads(data[16:])
+        except Exception:  # (unreadable, or not code: the import finds out as it would have)
+            continue
+    return len(_code_ahead)
+
+
+def _memoized_unmarshalling() -> None:
+    """importlib's (and pytest's rewriter's, `_whole_file_cache_reads`) unmarshalling of cached
+    code goes through `_loads`."""
+    external = sys.modules.get("_frozen_importlib_external")
+    if external is not None and getattr(external, "marshal", None) is marshal:
+        shim = types.ModuleType("marshal")
+        shim.__dict__.update(vars(marshal))
+        shim.loads = _loads
+        external.marshal = shim
+
+
 def _whole_file_cache_reads() -> None:
     """pytest's assertion rewriter reads a test module's cached code with `marshal.load(file)`,
     which takes the file a few bytes at a time through the file object: ~3.5 ms for tabulate's
@@ -88,7 +167,7 @@ def _whole_file_cache_reads() -> None:
     whole.__dict__.update(vars(marshal))
 
     def load(file, /, **options):
-        return marshal.loads(file.read(), **options)
+        return _loads(file.read(), **options)
 
     whole.load = load
     rewrite.marshal = whole
@@ -544,7 +623,7 @@ def _run_spare(template: dict, request_read: int, status_write: int, output: int
     _redirect_output(os.dup(output))
     _enter(template)
     code = 3
-    waiter = _Waiter(status_write, request_read, template["cwd"])
+    waiter = _Waiter(status_write, request_read, template["cwd"], list(template.get("tests", [])))
     try:
         from _pytest.config import _prepareconfig  # pytest's own first half of pytest.main()
 
@@ -571,9 +650,10 @@ class _Waiter:
     """A pytest plugin in the spare: holds the session at the start of collection until the request
     comes, then points the session at the request's tests and lets collection go on."""
 
-    def __init__(self, status_write: int, request_read: int, cwd: str) -> None:
+    def __init__(self, status_write: int, request_read: int, cwd: str, tests: list[str]) -> None:
         self.status_write = status_write
         self.request_read = request_read
+        self.tests = tests  # the last request's: their files' cached code is read ahead first
         self.request: dict | None = None
         # The project as its modules' paths may spell it: as given, and with links resolved.
         self.roots = tuple({os.path.abspath(cwd) + os.sep, os.path.realpath(cwd) + os.sep})
@@ -597,6 +677,9 @@ class _Waiter:
         os.close(self.status_write)
         if tainted:  # configuring imported the project: what it imported predates the candidate
             os._exit(3)
+        with contextlib.suppress(Exception):  # (a help, never a cause of failure)
+            _read_code_ahead(os.getcwd(), [t.partition("::")[0] for t in self.tests], self.request_read)
+            _memoized_unmarshalling()
         self.request = json.loads(_read_all(self.request_read) or b"null")
         if not self.request:
             os._exit(3)
