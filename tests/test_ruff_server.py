@@ -224,3 +224,33 @@ def test_no_accept_rests_on_the_servers_count_of_what_remains(tmp_path, monkeypa
         assert "no improvement" in report.reason
     finally:
         verifier.close()
+
+
+def test_a_candidate_the_policy_refuses_never_starts_the_server_on_its_configuration(tmp_path):
+    # The static step's ruff starts before the policy reads the edit only once the server runs: a
+    # first candidate that also edits ruff's settings would otherwise start it on those settings,
+    # kept for every later candidate.
+    files = {**BUGGY, "pyproject.toml": '[project]\nname = "shapes"\n\n[tool.ruff]\nline-length = 100\n'}
+    write_files(tmp_path / "ws", files)
+    ws = Workspace(tmp_path / "ws")
+    v = Verifier(Toolchain(sys.executable, LocalSandbox(), ws.project), VerifySettings())
+    try:
+        state, _ = v.baseline()
+        ws.capture()
+
+        def judged(changes: dict[str, str]) -> object:
+            edit = tuple(FileChange(p, ws.read(p), text) for p, text in changes.items())
+            ws.apply(list(edit))
+            try:
+                return v.detect(Candidate("test", "edit", edit), state)
+            finally:
+                ws.restore()
+                v.restored(False)
+
+        quiet = files["pyproject.toml"] + '[tool.ruff.lint]\nignore = ["F821"]\n'
+        refused = judged({"pyproject.toml": quiet, "shapes.py": BUGGY["shapes.py"].replace("w + h", "w * h")})
+        assert refused.failed_stage == "policy"
+        broken = judged({"shapes.py": BUGGY["shapes.py"].replace("w + h", "w * undefined")})
+        assert broken.failed_stage == "ruff" and "F821" in broken.reason, broken.reason
+    finally:
+        v.close()

@@ -60,11 +60,14 @@ class Fixed:
 
 
 class Process(StartedStage):
-    def __init__(self, log: list[str]) -> None:
-        self.name, self.log = "proc", log
+    def __init__(self, log: list[str], early: bool = True) -> None:
+        self.name, self.log, self.ahead = "proc", log, early
 
     def wanted(self, attempt: Attempt) -> bool:
         return True
+
+    def early(self, attempt: Attempt) -> bool:
+        return self.ahead
 
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         self.log.append("proc started")
@@ -148,8 +151,21 @@ def test_a_step_begun_ahead_is_not_started_again_and_its_ahead_work_runs_while_i
     broken = run_step(Step((Fixed("syntax", error="no", log=log), Process(log)), ahead=log.append), attempt())
     assert broken is not None and log == ["proc started", "syntax", "proc collected"]
     log.clear()
-    drop_started(start_step(step, attempt()))  # (a refused candidate's: waited for, never merged)
+    refused = start_step(step, attempt())
+    drop_started(refused)  # (a refused candidate's: waited for, never merged)
+    drop_started(refused)
     assert log == ["proc started", "proc collected"]
+    log.clear()
+    # One that would keep something of the edit (a server that reads its settings when it starts)
+    # starts with its step, after the policy.
+    late = Step((Fixed("syntax", log=log), Process(log, early=False)))
+    run = attempt()
+    started = start_step(late, run)
+    log.append("policy")
+    assert run_step(late, run, started) is None
+    assert log == ["policy", "proc started", "syntax", "proc collected"]
+    drop_started(started)
+    assert log[-1] == "proc collected" and len(log) == 4
 
 
 def test_the_selection_made_ahead_is_kept_and_a_failure_there_is_met_again_in_its_step() -> None:

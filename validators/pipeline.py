@@ -36,7 +36,16 @@ from ralph.validators.impact import TestImpact
 from ralph.validators.localize import scored_lines
 from ralph.validators.plan import STAGES, Entry, Plan, check
 from ralph.validators.pytest_run import gate_tests
-from ralph.validators.stages import Attempt, Context, Reset, Step, drop_started, run_sequence, start_step
+from ralph.validators.stages import (
+    Attempt,
+    Context,
+    Reset,
+    Started,
+    Step,
+    drop_started,
+    run_sequence,
+    start_step,
+)
 from ralph.validators.toolchain import Toolchain
 from ralph.validators.tools import Tools
 
@@ -238,6 +247,7 @@ class Verifier:
     ) -> VerifyReport:
         start = time.perf_counter()
         scratch = self.tools.toolchain.scratch
+        first: Started | None = None
         try:
             self.impact.graph()  # read the sources now, before any of the candidate's code has run
             attempt = Attempt(self._context(), candidate, current, reset, progress=progress)
@@ -245,8 +255,6 @@ class Verifier:
             # policy reads the edit, whose time their wait then hides.
             first = start_step(steps[0], attempt) if steps and steps[0].before is None else None
             if reason := self.policy(candidate):
-                if first is not None:
-                    drop_started(first)
                 report = VerifyReport(False, reason, failed_stage="policy")
             else:
                 broken, attempt = run_sequence(steps, attempt, first)
@@ -256,6 +264,8 @@ class Verifier:
                 if report.accepted and attempt.amended:
                     report.changes = attempt.candidate.changes
         finally:
+            if first is not None:  # (started ahead and not taken: refused, or an error on the way)
+                drop_started(first)
             if scratch is not None:  # whatever the candidate's processes left there
                 empty_dir(scratch)
         report.duration_ms = (time.perf_counter() - start) * 1000

@@ -105,6 +105,12 @@ class RuffValidator:
             argv.append(f"--select={','.join(rules)}")
         return argv
 
+    def keeps_nothing(self) -> bool:
+        """Whether asking now leaves nothing of the workspace's current configuration behind: no
+        resident server, or one already running (it read its settings when it started, on a state
+        the policy had passed; the first question would start it on the candidate's)."""
+        return self.resident is None or self.resident.running
+
     def check(self, scope: Scope) -> StageResult:
         return self.start(scope)()
 

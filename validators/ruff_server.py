@@ -58,6 +58,11 @@ class ResidentRuff:
         asked = self.ask(file, text, timeout_s)
         return None if asked is None else self.answer(asked)
 
+    @property
+    def running(self) -> bool:
+        """Started (on whatever configuration the workspace had then), and not broken."""
+        return self._proc is not None and not self.broken
+
     def ask(self, file: Path, text: str, timeout_s: float = 5.0) -> Asked | None:
         """Send the question and return at once (the server lints while we work); `answer` waits."""
         if self.broken:

@@ -152,26 +152,44 @@ class Step:
     ahead: Callable[[Attempt], None] | None = None
 
 
-# A step's wanted stages and the collectors of those started already (by position).
-Started = tuple[list["Stage"], dict[int, Callable[[], StageResult]]]
+@dataclass
+class Started:
+    """A step's wanted stages and the collectors of those started already (by position); `taken`
+    once `run_step` (or `drop_started`) took them over."""
+
+    stages: list[Stage]
+    running: dict[int, Callable[[], StageResult]]
+    taken: bool = False
 
 
 def start_step(step: Step, attempt: Attempt) -> Started:
-    """Start a step's stages that run processes of their own (ruff): `run_step` goes on from here."""
+    """Before the policy has read the edit: start those of a step's stages that may (a process of
+    their own that reads the edit, never runs it, and keeps nothing of it: `StartedStage.early`).
+    `run_step` goes on from here."""
     stages = [s for s in step.stages if s.wanted(attempt)]
-    return stages, {i: _start(s, attempt) for i, s in enumerate(stages) if isinstance(s, StartedStage)}
+    early = {i: s for i, s in enumerate(stages) if isinstance(s, StartedStage) and s.early(attempt)}
+    return Started(stages, {i: _start(s, attempt) for i, s in early.items()})
 
 
 def drop_started(started: Started) -> None:
-    """Wait for started stages whose results nobody will read (their processes' files closed)."""
-    for finish in started[1].values():
-        finish()
+    """Wait for started stages whose results nobody will read (their processes' files closed);
+    nothing when `run_step` took them."""
+    if not started.taken:
+        started.taken = True
+        for finish in started.running.values():
+            finish()
 
 
 def run_step(step: Step, attempt: Attempt, started: Started | None = None) -> VerifyReport | None:
     """Run a step's wanted stages (a started one first, the rest inline or in threads) and merge
     their results in declared order; `started`: the step as `start_step` began it."""
-    stages, running = started if started is not None else start_step(step, attempt)
+    if started is None or started.taken:
+        started = Started([s for s in step.stages if s.wanted(attempt)], {})
+    started.taken = True
+    stages, running = started.stages, started.running
+    for i, stage in enumerate(stages):  # (those not started ahead, first too)
+        if isinstance(stage, StartedStage) and i not in running:
+            running[i] = _start(stage, attempt)
     inline = [(i, s) for i, s in enumerate(stages) if i not in running]
     results: dict[int, StageResult] = {}
     try:
@@ -268,6 +286,11 @@ class StartedStage:
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         raise NotImplementedError
 
+    def early(self, attempt: Attempt) -> bool:
+        """Whether it may start before the policy has read the edit: it reads the edit, never runs
+        it, and keeps nothing of it once collected (a refused candidate's result is dropped)."""
+        return False
+
     def run(self, attempt: Attempt) -> StageResult:
         return self.start(attempt)()
 
@@ -303,6 +326,9 @@ class LintStage(StartedStage):
         return not self.settled or any(
             s.stage == self.name and s.detail.endswith(RESIDENT) for s in attempt.stages
         )
+
+    def early(self, attempt: Attempt) -> bool:
+        return not self.settled and self.validator.keeps_nothing()
 
     def start(self, attempt: Attempt) -> Callable[[], StageResult]:
         if self.settled:

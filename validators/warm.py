@@ -461,6 +461,6 @@ def third_party_imports(project: Path, limit: int = 2000) -> list[str]:
                 if top in own or top in ("conftest", "__future__") or top.startswith("test"):
                     continue
                 found[top] = None
-                if name != top:
-                    dotted[name] = None
+                if name != top and not any(part.startswith("_") for part in name.split(".")[1:]):
+                    dotted[name] = None  # (never `unittest.__main__`: importing it runs tests)
     return [n for n in (*found, *dotted) if n.split(".")[0] not in _NEVER_PRELOAD]

@@ -73,22 +73,41 @@ def _importable(modules: list[str]) -> list[str]:
     the standard library (a package's submodule may depend on what a conftest sets first:
     matplotlib.pyplot's backend); none before Python 3.10, which cannot say what that is."""
     stdlib = getattr(sys, "stdlib_module_names", frozenset())
-    return [name for name in modules if "." not in name or name.split(".")[0] in stdlib]
+    return [
+        name
+        for name in modules
+        if "." not in name or (name.split(".")[0] in stdlib and not _private_below(name))
+    ]
 
 
-# Code objects the spare read ahead from the project's bytecode caches, by the bytes they are read
-# from (`_read_code_ahead`): `marshal.loads` of the same bytes gives the same code, so an import
-# that reads those bytes gets this object instead (once: importlib fixes a code's file name in place).
-_code_ahead: dict[bytes, object] = {}
+def _private_below(name: str) -> bool:
+    """A dotted name with a part below the top one that starts with `_` (`unittest.__main__` runs
+    the worker's arguments as tests when imported; `venv.__main__` makes folders)."""
+    return any(part.startswith("_") for part in name.split(".")[1:])
+
+
+# Code objects the spare read ahead from the project's bytecode caches, with the bytes they were read
+# from (`_read_code_ahead`), found by those bytes' length and ends: `marshal.loads` of the same bytes
+# gives the same code, so an import that reads those very bytes gets this object instead (once:
+# importlib sets a code's file name in place). Compared whole, never hashed (~1 ms a MB).
+_code_ahead: dict[tuple[int, bytes, bytes], tuple[bytes, object]] = {}
+
+
+def _ends(data) -> tuple[int, bytes, bytes]:
+    return len(data), bytes(data[:32]), bytes(data[-32:])
 
 
 def _loads(data, /, **options):
     """`marshal.loads`, or the code read ahead from the same bytes."""
     if not options and _code_ahead:
-        with contextlib.suppress(TypeError):  # (bytes a memoryview of which cannot be hashed)
-            code = _code_ahead.pop(data, None)
-            if code is not None:
-                return code
+        try:
+            key = _ends(data)
+            found = _code_ahead.get(key)
+            if found is not None and found[0] == data:
+                del _code_ahead[key]
+                return found[1]
+        except Exception:  # (a buffer that cannot be sliced or compared: unmarshalled as it comes)
+            pass
     return marshal.loads(data, **options)
 
 
@@ -117,7 +136,7 @@ def _cached_code_files(root: str, first: list[str], waiting: Callable[[], bool])
             yield from sorted(os.path.join(folder, f) for f in files if f".{tag}" in f and f.endswith(".pyc"))
 
 
-def _read_code_ahead(root: str, first: list[str], request_read: int, max_bytes: int = 32 << 20) -> int:
+def _read_code_ahead(root: str, first: list[str], request_read: int, max_bytes: int = 8 << 20) -> int:
     """In the spare, waiting for its request: unmarshal the cached code under `root`
     (`_cached_code_files`: after each file's 16-byte header) into `_code_ahead` until the request is
     there to read, or `max_bytes` were read. Nothing is imported or run; an import that then reads
@@ -133,21 +152,29 @@ def _read_code_ahead(root: str, first: list[str], request_read: int, max_bytes: 
             break
         try:
             data = _regular_file_head(path, max_bytes - read + 1)
-            if len(data) <= 16 or data[:4] != importlib.util.MAGIC_NUMBER or read + len(data) > max_bytes:
-                continue
             read += len(data)
-            if data[16:] not in _code_ahead:
-                _code_ahead[data[16:]] = marshal.loads(data[16:])
+            if len(data) <= 16 or data[:4] != importlib.util.MAGIC_NUMBER or read > max_bytes:
+                continue
+            code = data[16:]
+            if _ends(code) not in _code_ahead:
+                _code_ahead[_ends(code)] = (code, marshal.loads(code))
         except Exception:  # (unreadable, or not code: the import finds out as it would have)
             continue
     return len(_code_ahead)
 
 
-def _memoized_unmarshalling() -> None:
+def _memoized_unmarshalling(on: bool = True) -> None:
     """importlib's (and pytest's rewriter's, `_whole_file_cache_reads`) unmarshalling of cached
-    code goes through `_loads`."""
+    code goes through `_loads`; with `on` false, no more (and what was read ahead is let go: the
+    tests' memory is theirs)."""
     external = sys.modules.get("_frozen_importlib_external")
-    if external is not None and getattr(external, "marshal", None) is marshal:
+    if external is None:
+        return
+    if not on:
+        _code_ahead.clear()
+        if getattr(getattr(external, "marshal", None), "loads", None) is _loads:
+            external.marshal = marshal
+    elif getattr(external, "marshal", None) is marshal:
         shim = types.ModuleType("marshal")
         shim.__dict__.update(vars(marshal))
         shim.loads = _loads
@@ -691,6 +718,10 @@ class _Waiter:
         sys.argv = [sys.argv[0], *self.request["args"], *self.request["tests"]]
         if ARGS_SOURCE is not None:  # what pytest's header says the paths came from
             session.config.args_source = ARGS_SOURCE
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session) -> None:
+        _memoized_unmarshalling(on=False)
 
 
 def _read_all(fd: int) -> bytes:
