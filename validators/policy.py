@@ -18,7 +18,6 @@ import ast
 import atexit
 import codecs
 import configparser
-import difflib
 import doctest
 import fnmatch
 import functools
@@ -44,8 +43,8 @@ from ralph.domain.candidate import (
     PROTECTED_TESTS,
     FileChange,
     is_protected,
+    line_edits,
     lines_of,
-    shared_ends,
 )
 from ralph.domain.errors import GitError
 from ralph.domain.pyast import parse
@@ -684,17 +683,9 @@ class _Construct:
 
 @functools.lru_cache(maxsize=8)  # (a candidate's, read by code_findings, _edited and _blocks)
 def _text_hunks(before: str, after: str) -> tuple[tuple[int, int, int, int], ...]:
-    """`_hunks` of two texts' lines."""
-    return tuple(_hunks(lines_of(before), lines_of(after)))
-
-
-def _hunks(before: Sequence[str], after: Sequence[str]) -> list[tuple[int, int, int, int]]:
-    """The regions an edit changed, `(i1, i2, j1, j2)`: before[i1:i2] became after[j1:j2]. Only the
-    part between the lines both texts share at the start and the end is diffed."""
-    head, tail = shared_ends(before, after)
-    old, new = before[head : len(before) - tail], after[head : len(after) - tail]
-    opcodes = difflib.SequenceMatcher(None, old, new).get_opcodes()
-    return [(head + i1, head + i2, head + j1, head + j2) for tag, i1, i2, j1, j2 in opcodes if tag != "equal"]
+    """The regions an edit changed, `(i1, i2, j1, j2)`: before[i1:i2] became after[j1:j2] (lines;
+    only the part between the lines both texts share at the start and the end is diffed)."""
+    return tuple((i1, i2, j1, j2) for _, i1, i2, j1, j2 in line_edits(before, after, autojunk=True))
 
 
 def code_findings(change: FileChange, test_file: bool) -> list[Finding]:

@@ -131,13 +131,14 @@ def lines_of(text: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=16)
-def line_edits(before: str, after: str) -> tuple[tuple[str, int, int, int, int], ...]:
-    """difflib's non-equal opcodes between two texts' lines (no junk heuristic), as 0-based absolute
-    ranges; the lines both share at the start and the end are left out of the diff first."""
+def line_edits(before: str, after: str, autojunk: bool = False) -> tuple[tuple[str, int, int, int, int], ...]:
+    """difflib's non-equal opcodes between two texts' lines (its junk heuristic only with
+    `autojunk`), as 0-based absolute ranges; the lines both share at the start and the end are left
+    out of the diff first."""
     old, new = lines_of(before), lines_of(after)
     head, tail = shared_ends(old, new)
     middle = difflib.SequenceMatcher(
-        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
+        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=autojunk
     )
     return tuple(
         (tag, i1 + head, i2 + head, j1 + head, j2 + head)
@@ -170,14 +171,12 @@ def edit_size(changes: Sequence[FileChange]) -> int:
     `abs()` 3, two swaps far apart 2. A deleted file counts its every token."""
     size = 0
     for change in changes:
-        old, new = (change.before or "").splitlines(), (change.after or "").splitlines()
-        head, tail = shared_ends(old, new)
-        was, now = old[head : len(old) - tail], new[head : len(new) - tail]
-        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, now, autojunk=False).get_opcodes():
-            if op != "equal":
-                size += _tokens_changed(
-                    _TOKEN.findall("\n".join(was[i1:i2])), _TOKEN.findall("\n".join(now[j1:j2]))
-                )
+        before, after = change.before or "", change.after or ""
+        old, new = lines_of(before), lines_of(after)
+        for _, i1, i2, j1, j2 in line_edits(before, after):
+            size += _tokens_changed(
+                _TOKEN.findall("\n".join(old[i1:i2])), _TOKEN.findall("\n".join(new[j1:j2]))
+            )
     return size
 
 
@@ -191,7 +190,7 @@ def _tokens_changed(was: list[str], now: list[str]) -> int:
 def edited_lines(before: str, after: str) -> tuple[int, int]:
     """The 1-based lines of `after` between what both texts share at the start and at the end (a
     deletion: the line after it)."""
-    old, new = before.splitlines(), after.splitlines()
+    old, new = lines_of(before), lines_of(after)
     head, tail = shared_ends(old, new)
     return head + 1, max(head + 1, len(new) - tail)
 
