@@ -73,17 +73,7 @@ def _importable(modules: list[str]) -> list[str]:
     the standard library (a package's submodule may depend on what a conftest sets first:
     matplotlib.pyplot's backend); none before Python 3.10, which cannot say what that is."""
     stdlib = getattr(sys, "stdlib_module_names", frozenset())
-    return [
-        name
-        for name in modules
-        if "." not in name or (name.split(".")[0] in stdlib and not _private_below(name))
-    ]
-
-
-def _private_below(name: str) -> bool:
-    """A dotted name with a part below the top one that starts with `_` (`unittest.__main__` runs
-    the worker's arguments as tests when imported; `venv.__main__` makes folders)."""
-    return any(part.startswith("_") for part in name.split(".")[1:])
+    return [name for name in modules if "." not in name or name.split(".")[0] in stdlib]
 
 
 # Code objects the spare read ahead from the project's bytecode caches, with the bytes they were read
@@ -118,13 +108,14 @@ def _cached_code_files(root: str, first: list[str], waiting: Callable[[], bool])
     tag = getattr(sys.implementation, "cache_tag", None)
     if not tag:
         return
+    given: set[str] = set()
     for name in dict.fromkeys(n for n in first if n.endswith(".py")):
         head, _, file = name.rpartition("/")
         folder = os.path.join(root, head, "__pycache__")
         with contextlib.suppress(OSError):
-            yield from sorted(
-                os.path.join(folder, f) for f in os.listdir(folder) if f.startswith(f"{file[:-3]}.{tag}")
-            )
+            found = sorted(f for f in os.listdir(folder) if f.startswith(f"{file[:-3]}.{tag}"))
+            given.update(os.path.join(folder, f) for f in found)
+            yield from (os.path.join(folder, f) for f in found)
     for folder, dirs, files in os.walk(root):
         if not waiting():
             return
@@ -133,7 +124,8 @@ def _cached_code_files(root: str, first: list[str], waiting: Callable[[], bool])
             continue
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "node_modules")
         if os.path.basename(folder) == "__pycache__":
-            yield from sorted(os.path.join(folder, f) for f in files if f".{tag}" in f and f.endswith(".pyc"))
+            paths = (os.path.join(folder, f) for f in sorted(files) if f".{tag}" in f and f.endswith(".pyc"))
+            yield from (p for p in paths if p not in given)  # (those of `first`: read already)
 
 
 def _read_code_ahead(root: str, first: list[str], request_read: int, max_bytes: int = 8 << 20) -> int:
@@ -156,29 +148,31 @@ def _read_code_ahead(root: str, first: list[str], request_read: int, max_bytes: 
             if len(data) <= 16 or data[:4] != importlib.util.MAGIC_NUMBER or read > max_bytes:
                 continue
             code = data[16:]
-            if _ends(code) not in _code_ahead:
-                _code_ahead[_ends(code)] = (code, marshal.loads(code))
+            key = _ends(code)
+            if key not in _code_ahead:
+                _code_ahead[key] = (code, marshal.loads(code))
         except Exception:  # (unreadable, or not code: the import finds out as it would have)
             continue
     return len(_code_ahead)
 
 
-def _memoized_unmarshalling(on: bool = True) -> None:
+def _memoized_unmarshalling() -> None:
     """importlib's (and pytest's rewriter's, `_whole_file_cache_reads`) unmarshalling of cached
-    code goes through `_loads`; with `on` false, no more (and what was read ahead is let go: the
-    tests' memory is theirs)."""
+    code goes through `_loads`."""
     external = sys.modules.get("_frozen_importlib_external")
-    if external is None:
-        return
-    if not on:
-        _code_ahead.clear()
-        if getattr(getattr(external, "marshal", None), "loads", None) is _loads:
-            external.marshal = marshal
-    elif getattr(external, "marshal", None) is marshal:
+    if external is not None and getattr(external, "marshal", None) is marshal:
         shim = types.ModuleType("marshal")
         shim.__dict__.update(vars(marshal))
         shim.loads = _loads
         external.marshal = shim
+
+
+def _plain_unmarshalling() -> None:
+    """Undo `_memoized_unmarshalling`, and let what was read ahead go (the tests' memory is theirs)."""
+    _code_ahead.clear()
+    external = sys.modules.get("_frozen_importlib_external")
+    if external is not None and getattr(getattr(external, "marshal", None), "loads", None) is _loads:
+        external.marshal = marshal
 
 
 def _whole_file_cache_reads() -> None:
@@ -721,7 +715,7 @@ class _Waiter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session) -> None:
-        _memoized_unmarshalling(on=False)
+        _plain_unmarshalling()
 
 
 def _read_all(fd: int) -> bytes:
