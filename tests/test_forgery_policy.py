@@ -553,3 +553,98 @@ def test_reading_only_the_changed_statements_finds_what_reading_the_whole_file_d
         alone += policy._edited(change.before, change.after) is not policy._parse(change.after)
     assert found >= 60  # (most edits add something the policy refuses, in a later region too)
     assert alone >= 55  # (and the changed regions were read alone, not the whole file again)
+
+
+# 5. What an edit changes beyond the lines it wrote: a decorator above a `def` it left as it was,
+# the end of a string moved (what the string held is code now), a binding taken away (an unchanged
+# call is the builtin's now), an import that makes an unchanged name another module.
+
+
+def test_a_forgery_in_a_decorator_added_above_an_unchanged_def_is_refused(make_repo, tmp_path):
+    """The decorator's line is the edit's only one; the `def` below it is as it was."""
+    repo = make_repo(BUGGY_WINDOWS)
+    payload = PASSING_REPORTS.encode().hex()
+    decorator = f"@(lambda f: exec(bytes.fromhex({payload!r}).decode()) or f)\n"
+    forged = BUGGY.replace("def double(x):", decorator + "def double(x):")
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:5: exec" in verdict["reason"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "what"),
+    [
+        (  # a decorator added above an unchanged def
+            "import os\n\n\ndef f():\n    return 1\n",
+            "import os\n\n\n@(lambda h: exec('import pytest') or h)\ndef f():\n    return 1\n",
+            "exec",
+        ),
+        (
+            "import functools\n\n\n@functools.cache\ndef f():\n    return 1\n",
+            "import functools\n\n\n@exec\ndef f():\n    return 1\n",
+            "exec (as a value)",
+        ),
+        ("x = '''\nexec(y)\n'''\n", "x = 1  # '''\nexec(y)\n# '''\n", "exec"),
+        (
+            "def f():\n    x = '''\n    exec(y)\n    '''\n    return x\n",
+            "def f():\n    x = 1  # '''\n    exec(y)\n    # '''\n    return x\n",
+            "exec",
+        ),
+        (  # one line changed: the string it opened now ends on a later line, at an unchanged `'''`
+            "def f():\n    x = 1\n    y = '''\n    exec(z)\n    w = 2  # '''\n    return x\n",
+            "def f():\n    x = 1\n    y = 2  # '''\n    exec(z)\n    w = 2  # '''\n    return x\n",
+            "exec",
+        ),
+        ("def f(exec):\n    exec(y)\n", "def f():\n    exec(y)\n", "exec"),
+        ("def eval(s):\n    return s\n\n\nv = eval('1')\n", "v = eval('1')\n", "eval"),
+        (
+            "import os as inspect\n\n\ndef f():\n    return inspect.stack()\n",
+            "import inspect\n\n\ndef f():\n    return inspect.stack()\n",
+            "inspect.stack",
+        ),
+    ],
+)
+def test_what_unchanged_lines_do_once_the_edit_changed_their_meaning_is_read(before, after, what):
+    assert findings(before, after) == [f"dynamic-code: {what}"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            "import functools\n\n\n@functools.cache\ndef f():\n    return 1\n",
+            "import functools\n\n\n@functools.lru_cache\ndef f():\n    return 1\n",
+        ),
+        (
+            "def run(x, eval=False):\n    return 1 if eval else x\n",
+            "def run(x, eval=False):\n    return 2 if eval else x\n",
+        ),
+        ("def f(src, ns):\n    exec(src, ns)\n", "def f(src, ns, k=1):\n    exec(src, ns)\n"),  # (it did)
+        ("x = '''\nexec(y)\n'''\n", "x = '''\nexec(y) or 1\n'''\n"),  # (text still)
+        (
+            "import sys\n\n\ndef f(n):\n    return sys.argv[n]\n",
+            "import sys\n\n\ndef f(n):\n    return sys.argv[n + 1]\n",
+        ),
+    ],
+)
+def test_an_edit_that_changes_no_other_lines_meaning_adds_nothing(before, after):
+    assert findings(before, after) == []
+
+
+def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkeypatch):
+    """Reading the unchanged lines again is for edits that can change what they mean: a mutant of one
+    line of a large module is read from that line's statement, not from the whole module."""
+    from ralph.validators import policy
+
+    before = Path(policy.__file__).read_text()
+    policy.read_ahead(before)
+    parsed: list[int] = []
+    real = policy.parse
+    monkeypatch.setattr(
+        policy, "parse", lambda text, *a, **k: parsed.append(len(text)) or real(text, *a, **k)
+    )
+    line = "    return all(_string_shape(before[i1:i2]) == _string_shape(after[j1:j2]) for i1, i2, j1, j2 in hunks)"
+    assert line in before
+    after = before.replace(line, line.replace("==", "!="), 1)
+    assert policy.code_findings(FileChange("v/policy.py", before, after), test_file=False) == []
+    assert parsed and max(parsed) < len(before) / 10

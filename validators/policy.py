@@ -708,18 +708,82 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     if test_file or change.path.endswith(".pyi") or not hunks:
         return found
     old = _accepted(before_text) if change.before else None
-    tree = _edited(before_text, change.after) if old is not None else _parse(change.after)
+    tree, whole = _read_edit(before_text, change.after) if old is not None else (_parse(change.after), True)
     if tree is None:
         rules = (("dynamic-code", _DYNAMIC_TEXT), ("test-framework", _FRAMEWORK_TEXT))
         return found + _lexical(change.path, before, after, hunks, rules)
-    # Only the statements the changed regions meet are read (a one-line edit of a large module).
-    spans = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
+    spans: list[tuple[int, int]] | None = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
     had = old.kinds if old is not None else frozenset()
     already = old.imports if old is not None else _imported_words(before_text)
-    for c in _Reach(tree, already, spans, after, context=old).found:
-        if (c.rule, c.what) not in had and any(c.first <= hi and c.last >= lo for lo, hi in spans):
-            found.append(Finding(c.rule, change.path, c.first, c.what))
+    context = old
+    if old is None:  # (a new file: all of it; an accepted one that did not parse: its changed lines)
+        spans = None if change.before is None else spans
+    elif whole or _rebinds(before, after, hunks):
+        # What unchanged lines reach may have changed (an import, a builtin's name no longer bound
+        # where it was), or a region did not parse alone: the whole new text, as itself.
+        tree, spans, context = _parse(change.after) or tree, None, None
+    elif not _same_strings(before, after, hunks):  # (a string's end moved: what it held may be code)
+        spans = None
+    # Otherwise only the statements the changed lines meet are read (a one-line edit of a large
+    # module), each whole where the edit changed its own lines (a header, a decorator).
+    for c in _Reach(tree, already, spans, after, context=context).found:
+        if (c.rule, c.what) in had:
+            continue
+        if old is None and spans is not None and not any(c.first <= hi and c.last >= lo for lo, hi in spans):
+            continue  # (what a file that did not parse had: its lines outside the edit)
+        found.append(Finding(c.rule, change.path, c.first, c.what))
     return list(dict.fromkeys(found))
+
+
+# Names whose binding decides what a call or an attribute reaches (`_Reach`): an edit that takes a
+# binding of one away (a parameter, a def, an assignment) may make an unchanged line's call the
+# builtin's; an import, `del`, `global` or `nonlocal` changes what names are anywhere.
+_BOUND_WORDS = "|".join(sorted(_RUNS_CODE | _REFLECTION | _WELL_KNOWN | {"vars", "globals"}))
+_UNBINDS = re.compile(
+    rf"(?<![.\w])(?:{_BOUND_WORDS})(?=\s*(?:(?:[-+*/%&|^@]|<<|>>|\*\*|//)?=(?!=)|[,)\]}}:\\]|$|in\b))"
+    rf"|\b(?:def|class)\s+(?:{_BOUND_WORDS})\b"
+)
+_SCOPING = re.compile(r"\b(?:import|del|global|nonlocal)\b")
+
+
+def _rebinds(before: Sequence[str], after: Sequence[str], hunks: Sequence[tuple[int, int, int, int]]) -> bool:
+    """Whether an edit may change what the lines it left reach: a line it removed names a builtin
+    or a well-known module where a binding would (a target, a parameter, a def: `exec,` `exec)`
+    `exec =` `exec:` `exec in`), or a line it removed or added imports, deletes or declares a name
+    `global` or `nonlocal` (read as words: a false alarm only reads the whole file)."""
+    for i1, i2, j1, j2 in hunks:
+        if any(_UNBINDS.search(line) or _SCOPING.search(line) for line in before[i1:i2]):
+            return True
+        if any(_SCOPING.search(line) for line in after[j1:j2]):
+            return True
+    return False
+
+
+# What decides where strings and comments begin and end: quotes (with the letters before them: an
+# f-string's braces hold code), backslashes, `#`, braces and line ends; any other run is one "x".
+_STRING_SHAPE = re.compile(r"[A-Za-z_]*['\"]|[\\#{}\n]|[^'\"\\#{}\n]+?(?=[A-Za-z_]*['\"]|[\\#{}\n]|\Z)")
+
+
+def _string_shape(lines: Sequence[str]) -> list[str]:
+    shape: list[str] = []
+    for token in _STRING_SHAPE.findall("\n".join(lines) + "\n"):
+        if token[-1] in "'\"":
+            shape.append(token.lower())
+        elif token in ("\\", "#", "{", "}", "\n"):
+            shape.append(token)
+        elif not shape or shape[-1] != "x":
+            shape.append("x")
+    return shape
+
+
+def _same_strings(
+    before: Sequence[str], after: Sequence[str], hunks: Sequence[tuple[int, int, int, int]]
+) -> bool:
+    """Whether every changed region leaves strings and comments beginning and ending where they did:
+    the same quotes, backslashes, `#`s, braces and line ends in the same order and adjacency. Then
+    each unchanged line is read as code or as text as it was; otherwise a line a string held may be
+    code now (a triple-quoted string's opening line made a comment)."""
+    return all(_string_shape(before[i1:i2]) == _string_shape(after[j1:j2]) for i1, i2, j1, j2 in hunks)
 
 
 def _tops(tree: ast.Module) -> list[tuple[int, int]]:
@@ -752,12 +816,18 @@ def _blocks(before: str, after: str) -> list[tuple[int, int, int, int]]:
     return found
 
 
-@functools.lru_cache(maxsize=8)  # (a candidate's text, read by code_findings and doctest_edits)
 def _edited(before: str, after: str) -> ast.Module | None:
-    """The statements of `after` that an edit of `before` (which parses) changed, each region parsed
+    """The statements of `after` that an edit of `before` changed (`_read_edit`)."""
+    return _read_edit(before, after)[0]
+
+
+@functools.lru_cache(maxsize=8)  # (a candidate's text, read by code_findings and doctest_edits)
+def _read_edit(before: str, after: str) -> tuple[ast.Module | None, bool]:
+    """(The statements of `after` that an edit of `before` (which parses) changed, each region parsed
     alone with its lines numbered as in the whole (a one-line edit of a 100 KB module is not the
     whole module's parse), or only the innermost statement in it that the edit changed (`reparsed`:
-    a method of a large class); the whole of `after` where a region does not parse alone."""
+    a method of a large class); the whole of `after` where a region does not parse alone, whether
+    it is that)."""
     lines = lines_of(after)
     body: list[ast.stmt] = []
     old = _accepted(before)
@@ -778,9 +848,9 @@ def _edited(before: str, after: str) -> ast.Module | None:
                 continue
         part = _parse("\n" * (first - 1) + "\n".join(lines[first - 1 : last]) + "\n")
         if part is None:
-            return _parse(after)
+            return _parse(after), True
         body += part.body
-    return ast.Module(body=body, type_ignores=[])
+    return ast.Module(body=body, type_ignores=[]), False
 
 
 # How many of the accepted state's files the small facts of are kept (`read_ahead`).
@@ -1025,6 +1095,7 @@ class _Reach(ast.NodeVisitor):
         self.scopes: list[tuple[bool, frozenset[str]]] = [(False, names)]  # (a class's?, names)
         self.judged: set[int] = set()  # names already judged as the function a call calls
         self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
+        self.whole = False  # (inside a statement read whole: nothing in it is passed over)
         self.visit(tree)
 
     def _rebound(self, name: str) -> bool:
@@ -1034,9 +1105,17 @@ class _Reach(ast.NodeVisitor):
         return name in self.module_stores or any(name in _stores(n) for n in functions)
 
     def visit(self, node: ast.AST) -> None:
-        if isinstance(node, ast.stmt) and self.spans is not None:
-            first, last = node.lineno, node.end_lineno or node.lineno
-            if not any(first <= hi and last >= lo for lo, hi in self.spans):
+        if isinstance(node, ast.stmt) and self.spans is not None and not self.whole:
+            first, last = first_line(node), node.end_lineno or node.lineno  # (its decorators too)
+            met = [(lo, hi) for lo, hi in self.spans if first <= hi and last >= lo]
+            if not met:
+                return
+            if _changes_itself(node, first, last, met):  # (`def f(exec):` made `def f():`: what its
+                self.whole = True  # unchanged body reaches is not what it was)
+                try:
+                    super().visit(node)
+                finally:
+                    self.whole = False
                 return
         super().visit(node)
 
@@ -1232,6 +1311,20 @@ class _Reach(ast.NodeVisitor):
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
             self._add("dynamic-code", "globals()[...] written", node)
         self.generic_visit(node)
+
+
+def _changes_itself(node: ast.stmt, first: int, last: int, changed: Sequence[tuple[int, int]]) -> bool:
+    """Whether a changed line is one of the statement's own (all of a simple statement's; a compound
+    one's header, decorators, `else:` or `except ...:` lines), not inside a block it holds."""
+    blocks = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
+    blocks += [h.body for h in getattr(node, "handlers", None) or ()]
+    blocks += [c.body for c in getattr(node, "cases", None) or ()]
+    held = [(first_line(b[0]), b[-1].end_lineno or b[-1].lineno) for b in blocks if isinstance(b, list) and b]
+    return not held or any(
+        not any(a <= line <= b for a, b in held)
+        for lo, hi in changed
+        for line in range(max(lo, first), min(hi, last) + 1)
+    )
 
 
 def _stores(scope: ast.AST, keep: bool = True) -> frozenset[str]:
