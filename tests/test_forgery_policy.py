@@ -138,6 +138,19 @@ def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make
         ("def f():\n    def exec(): ...\nexec('x')\n", "dynamic-code", "exec"),  # another scope's def
         ("def f(e=exec):\n    return e\n", "dynamic-code", "exec (as a value)"),  # a default is outside
         ("import threading\nthreading.settrace(f)\n", "harness", "settrace"),
+        # (a name that runs code, bound to something else: its calls are not judged as the builtin's
+        # anywhere, whether or not the binding ever runs: `if False: def exec(s): ...`)
+        ("def eval(expr):\n    return expr\n\n\nv = eval('1 + 1')\n", "dynamic-code", "eval bound"),
+        ("try:\n    from nowhere import exec\nexcept ImportError:\n    pass\n", "dynamic-code", "exec bound"),
+        ("import \\\n    builtins as b\nx = b.exec(p)\n", "harness", "import builtins"),
+        ("import sys\nsys .modules['json'] = None\n", "harness", "sys.modules"),
+        ("f = globals()['cexe'[::-1]]\n", "dynamic-code", "a namespace read by a computed name"),
+        ("c = compile\n", "dynamic-code", "compile (as a value)"),
+        (
+            "import sys\nx = [0 for sys in ()]\ntake = lambda m: m.modules\ny = take(sys)\n",
+            "dynamic-code",
+            "sys (a module as a value)",
+        ),
     ],
 )
 def test_what_an_edit_adds_to_the_code_under_test_is_named_with_its_rule(added, rule, what):
@@ -156,7 +169,6 @@ def test_what_an_edit_adds_to_the_code_under_test_is_named_with_its_rule(added, 
         "import os\nfork = getattr(os, 'fork', None)\n",  # feature detection by a literal name
         "def run(x, eval=False):\n    return 1 if eval else x\n",  # a parameter named like a builtin
         "from regex import compile\nP = compile('x')\n",
-        "def eval(expr):\n    return expr\n\n\nv = eval('1 + 1')\n",  # the module's own eval
         "y = globals()['g']\n",  # reading a global by name
         "import types\nT = isinstance(g, types.FunctionType)\n",
         "import typing\nX: typing.Any = 1\n",
@@ -605,6 +617,37 @@ def test_a_forgery_in_a_decorator_added_above_an_unchanged_def_is_refused(make_r
     ],
 )
 def test_what_unchanged_lines_do_once_the_edit_changed_their_meaning_is_read(before, after, what):
+    assert findings(before, after) == [f"dynamic-code: {what}"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "what"),
+    [
+        (  # the binding's line ends in a comment
+            "from jobs import (\n    run,\n    exec  # the runner\n)\n\n\ndef f(y):\n    return exec(y)\n",
+            "from jobs import (\n    run,\n)\n\n\ndef f(y):\n    return exec(y)\n",
+            "exec",
+        ),
+        ("def \\\nexec(s):\n    return s\n\n\nv = exec('1')\n", "v = exec('1')\n", "exec"),  # continued
+        (
+            "def \uff45\uff58\uff45\uff43(s):\n    return s\n\n\nv = exec('1')\n",
+            "v = exec('1')\n",
+            "exec",
+        ),  # (NFKC)
+        (  # a line break Python does not count (U+2028) shifts where the regions are
+            '"""Tool.\n\nSee\u2028more.\n"""\nimport os\n\nHELP = """\nusage\n"""\nVERSION = "1.0"\n',
+            '"""Tool.\n\nSee\u2028more.\n"""\nimport os\n\nHELP = """\nusage\n"""\n'
+            'VERSION = exec(os.environ["P"])  # """\n',
+            "exec",
+        ),
+        (  # (newer syntax than this Python reads: what it cannot read is refused)
+            "type Vector = list[float]\n\nDOC = '''\nexec(P)\n'''\n",
+            "type Vector = list[float]\n\nDOC = 1  # '''\nexec(P)\n# '''\n",
+            "an edit that moves a string's end or a binding in a file this Python cannot parse",
+        ),
+    ],
+)
+def test_a_binding_taken_away_however_it_is_spelled_is_read(before, after, what):
     assert findings(before, after) == [f"dynamic-code: {what}"]
 
 

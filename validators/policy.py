@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import tomllib
+import unicodedata
 import warnings
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -711,14 +712,21 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     tree, whole = _read_edit(before_text, change.after) if old is not None else (_parse(change.after), True)
     if tree is None:
         rules = (("dynamic-code", _DYNAMIC_TEXT), ("test-framework", _FRAMEWORK_TEXT))
-        return found + _lexical(change.path, before, after, hunks, rules)
+        found += _lexical(change.path, before, after, hunks, rules)
+        if change.before is not None and (
+            _rebinds(before, after, hunks) or not _same_strings(before, after, hunks)
+        ):
+            # (its unchanged lines may mean something else now, and nothing here can read them)
+            line = hunks[0][2] + 1 if hunks else 1
+            found.append(Finding("dynamic-code", change.path, line, _UNREAD))
+        return found
     spans: list[tuple[int, int]] | None = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
     had = old.kinds if old is not None else frozenset()
     already = old.imports if old is not None else _imported_words(before_text)
     context = old
     if old is None:  # (a new file: all of it; an accepted one that did not parse: its changed lines)
         spans = None if change.before is None else spans
-    elif whole or _rebinds(before, after, hunks):
+    elif whole or _rebinds(before, after, hunks) or not _numbered_alike(before_text, change.after):
         # What unchanged lines reach may have changed (an import, a builtin's name no longer bound
         # where it was), or a region did not parse alone: the whole new text, as itself.
         tree, spans, context = _parse(change.after) or tree, None, None
@@ -740,23 +748,37 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
 # builtin's; an import, `del`, `global` or `nonlocal` changes what names are anywhere.
 _BOUND_WORDS = "|".join(sorted(_RUNS_CODE | _REFLECTION | _WELL_KNOWN | {"vars", "globals"}))
 _UNBINDS = re.compile(
-    rf"(?<![.\w])(?:{_BOUND_WORDS})(?=\s*(?:(?:[-+*/%&|^@]|<<|>>|\*\*|//)?=(?!=)|[,)\]}}:\\]|$|in\b))"
-    rf"|\b(?:def|class)\s+(?:{_BOUND_WORDS})\b"
+    rf"(?<![.\w])(?:{_BOUND_WORDS})"
+    rf"(?=\s*(?:(?:[-+*/%&|^@]|<<|>>|\*\*|//)?=(?!=)|[,)\]}}:#\\]|$|(?:in|if)\b))"
+    rf"|\b(?:def|class)\s+(?:{_BOUND_WORDS})\b",
+    re.MULTILINE,
 )
-_SCOPING = re.compile(r"\b(?:import|del|global|nonlocal)\b")
+_SCOPING = re.compile(r"(?:^|[;:])\s*(?:import|from\b.*\bimport|del|global|nonlocal)\b", re.MULTILINE)
+_UNREAD = "an edit that moves a string's end or a binding in a file this Python cannot parse"
 
 
 def _rebinds(before: Sequence[str], after: Sequence[str], hunks: Sequence[tuple[int, int, int, int]]) -> bool:
     """Whether an edit may change what the lines it left reach: a line it removed names a builtin
     or a well-known module where a binding would (a target, a parameter, a def: `exec,` `exec)`
-    `exec =` `exec:` `exec in`), or a line it removed or added imports, deletes or declares a name
-    `global` or `nonlocal` (read as words: a false alarm only reads the whole file)."""
+    `exec =` `exec:` `exec in`), or a statement it removed or added imports, deletes or declares a
+    name `global` or `nonlocal` (read as words, its lines joined where a backslash continues them
+    and their names as Python reads them, NFKC: a false alarm only reads the whole file)."""
     for i1, i2, j1, j2 in hunks:
-        if any(_UNBINDS.search(line) or _SCOPING.search(line) for line in before[i1:i2]):
-            return True
-        if any(_SCOPING.search(line) for line in after[j1:j2]):
+        removed, added = _as_names(before[i1:i2]), _as_names(after[j1:j2])
+        if _UNBINDS.search(removed) or _SCOPING.search(removed) or _SCOPING.search(added):
             return True
     return False
+
+
+def _as_names(lines: Sequence[str]) -> str:
+    text = "\n".join(lines)
+    return unicodedata.normalize("NFKC", re.sub(r"\\[ \t\f]*(?:\r\n|\r|\n)", " ", text))
+
+
+def _numbered_alike(before: str, after: str) -> bool:
+    """Whether the regions, numbered by `str.splitlines`, are where Python's lines are (a form feed
+    or a U+2028 ends a line for the one and not the other: the regions would be read off by lines)."""
+    return lines_as_python_numbers_them(before) and lines_as_python_numbers_them(after)
 
 
 # What decides where strings and comments begin and end: quotes (with the letters before them: an
@@ -1162,23 +1184,37 @@ class _Reach(ast.NodeVisitor):
             outer += [*node.decorator_list, node.returns]
             outer += [x.annotation for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x]
         inner = node.body if isinstance(node.body, list) else [node.body]
+        if not isinstance(node, ast.Lambda):
+            self._shadowing(node.name, node)
         self._scope(node, outer, inner, is_class=False)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._shadowing(node.name, node)
         outer = [*node.decorator_list, *node.bases, *node.keywords]
         self._scope(node, outer, node.body, is_class=True)
+
+    def _shadowing(self, name: str, node: ast.AST) -> None:
+        """A def, a class or an import named like a builtin that runs code: a call of that name is
+        then not judged as the builtin's anywhere in its scope, whether or not the binding ever
+        runs (`if False: def exec(s): ...`, or deleted again). Not `compile`, which regex modules
+        and template engines name a function of their own (`from re import compile`)."""
+        if name in _RUNS_CODE - {"compile"}:
+            self._add("dynamic-code", f"{name} bound to something else", node)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._import(node, alias.name)
+            if alias.asname:
+                self._shadowing(alias.asname, node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level or not node.module:
             return
         self._import(node, node.module)
         for alias in node.names:
+            self._shadowing(alias.asname or alias.name, node)
             qualified = f"{node.module}.{alias.name}"
             # (the module: `_import`; attrgetter and methodcaller: where they are called)
             if (qualified in _DYNAMIC_NAMES - _BY_NAME) or alias.name in _FRAME_ATTRS:
@@ -1193,6 +1229,8 @@ class _Reach(ast.NodeVisitor):
             return
         if top in _TEST_FRAMEWORK:
             self._add("test-framework", f"import {module}", node)
+        elif top == "builtins":  # (the lines' words find `import builtins` on one line)
+            self._add("harness", f"import {module}", node)
         elif _dynamic(module):
             self._add("dynamic-code", f"import {module}", node)
 
@@ -1258,7 +1296,7 @@ class _Reach(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if not isinstance(node.ctx, ast.Load) or id(node) in self.judged:
             return
-        if node.id in (_RUNS_CODE - {"compile"}) | _REFLECTION and not self._defined(node.id):
+        if node.id in _RUNS_CODE | _REFLECTION and not self._defined(node.id):
             self._add("dynamic-code", f"{node.id} (as a value)", node)
         qualified = self.imported.get(node.id)
         if qualified and _dynamic(qualified):
@@ -1283,8 +1321,7 @@ class _Reach(ast.NodeVisitor):
         """The harness's words a string spells where the source does not (`"plugin" "manager"`,
         `"pytest_" + "runtest"`, `"_".join(["pytest", "runtest"])`): the lines' words are read as
         text already."""
-        first, last = getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or 1
-        source = " ".join(self.lines[first - 1 : last])
+        source = self._source(node)
         for rule, what in _keys([text], _LEXICAL[:2]):
             if what not in source:
                 self._add(rule, f"a string spelling {what}", node)
@@ -1300,7 +1337,8 @@ class _Reach(ast.NodeVisitor):
             spelled = f"{module}.{node.attr}"
             if node.attr == "__dict__" or (_dynamic(spelled) and id(node) not in self.judged):
                 self._add("dynamic-code", spelled, node)
-            if spelled != _dotted(node):  # an alias's (`import sys as s; s.modules`): as if spelled
+            # An alias's (`import sys as s; s.modules`), or spaced (`sys .modules`): as if spelled.
+            if spelled != _dotted(node) or spelled not in self._source(node):
                 for rule, what in _keys([spelled], _LEXICAL[:2]):
                     self._add(rule, f"{_dotted(node) or node.attr}: {what}", node)
         if node.attr in _WRITES and _is_globals(node.value):
@@ -1310,7 +1348,15 @@ class _Reach(ast.NodeVisitor):
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
             self._add("dynamic-code", "globals()[...] written", node)
+        elif _is_namespace(node.value) and not (
+            isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+        ):  # (`globals()["cexe"[::-1]]`: a name the source does not spell)
+            self._add("dynamic-code", "a namespace read by a computed name", node)
         self.generic_visit(node)
+
+    def _source(self, node: ast.AST) -> str:
+        first, last = getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or 1
+        return " ".join(self.lines[first - 1 : last])
 
 
 def _changes_itself(node: ast.stmt, first: int, last: int, changed: Sequence[tuple[int, int]]) -> bool:
@@ -1345,6 +1391,9 @@ def _stores(scope: ast.AST, keep: bool = True) -> frozenset[str]:
             names.add(node.id)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
+        elif isinstance(node, ast.comprehension):  # (its target is the comprehension's own)
+            pending.extend([node.iter, *node.ifs])
+            continue
         pending.extend(ast.iter_child_nodes(node))
     if len(_STORES) > 256:
         _STORES.clear()
@@ -1402,6 +1451,16 @@ def _dynamic(qualified: str) -> bool:
 
 def _is_globals(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"
+
+
+def _is_namespace(node: ast.expr) -> bool:
+    """`globals()`, `locals()` or `vars()`: a scope's names as a dict."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("globals", "locals", "vars")
+        and not node.args
+    )
 
 
 def installed_files(paths: Sequence[str], prefixes: Sequence[str] = ()) -> list[Finding]:
