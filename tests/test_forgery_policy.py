@@ -146,6 +146,14 @@ def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make
         ("import sys\nsys .modules['json'] = None\n", "harness", "sys.modules"),
         ("f = globals()['cexe'[::-1]]\n", "dynamic-code", "a namespace read by a computed name"),
         ("c = compile\n", "dynamic-code", "compile (as a value)"),
+        ("def f(n):\n    return globals().get(n)\n", "dynamic-code", "globals() as a value"),
+        ("def f(n):\n    g = vars()\n    return g[n]\n", "dynamic-code", "vars() as a value"),
+        ("import sys\nsys = sys\nm = sys\n", "dynamic-code", "sys (a module as a value)"),  # (a store added)
+        (
+            "from os import path\nm = getattr(path.sys, n)\n",
+            "dynamic-code",
+            "getattr(sys, <a computed name>)",
+        ),
         (
             "import sys\nx = [0 for sys in ()]\ntake = lambda m: m.modules\ny = take(sys)\n",
             "dynamic-code",
@@ -643,12 +651,30 @@ def test_what_unchanged_lines_do_once_the_edit_changed_their_meaning_is_read(bef
         (  # (newer syntax than this Python reads: what it cannot read is refused)
             "type Vector = list[float]\n\nDOC = '''\nexec(P)\n'''\n",
             "type Vector = list[float]\n\nDOC = 1  # '''\nexec(P)\n# '''\n",
-            "an edit that moves a string's end or a binding in a file this Python cannot parse",
+            "an edit that moves a string's end in a file this Python cannot parse",
         ),
     ],
 )
 def test_a_binding_taken_away_however_it_is_spelled_is_read(before, after, what):
     assert findings(before, after) == [f"dynamic-code: {what}"]
+
+
+NEWER = "import sys\n\ntype Alias = int\n\n\ndef f(x):\n    return 1\n"  # (3.12: not parsed here)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        (NEWER, NEWER.replace("return 1", "return (exec)(x)"), ["dynamic-code: exec"]),
+        (NEWER, NEWER.replace("return 1", "sys .modules[x] = 1"), ["harness: sys .modules"]),
+        (NEWER, NEWER.replace("return 1", "import os, pytest"), ["test-framework: import os, pytest"]),
+        # (a fix of such a file: lines added, a string's text changed)
+        (NEWER, NEWER.replace("return 1", "y = x + 1\n    return y"), []),
+        (NEWER.replace("1", "'ref'"), NEWER.replace("1", "'refs'"), []),
+    ],
+)
+def test_a_file_this_python_cannot_parse_is_read_for_the_words_of_what_the_edit_adds(before, after, expected):
+    assert [" ".join(f.split()) for f in findings(before, after)] == expected
 
 
 @pytest.mark.parametrize(

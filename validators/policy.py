@@ -580,7 +580,7 @@ _LEXICAL = (
     (
         "harness",
         re.compile(
-            r"\b_pytest\b|\bsys\.modules\b|\b(?:os|posix|nt)\._exit\b|\bpytest_\w+|\bPYTEST_\w+"
+            r"\b_pytest\b|\bsys\s*\.\s*modules\b|\b(?:os|posix|nt)\._exit\b|\bpytest_\w+|\bPYTEST_\w+"
             r"|\bpluginmanager\b|\b__builtins__\b|\bimport\s+builtins\b|\bfrom\s+builtins\b"
             r"|\bset(?:trace|profile)(?:_all_threads)?\b|\bTestReport\b|\bCallInfo\b"
             r"|\bhook(?:impl|spec|wrapper)\b|\bHook(?:impl|spec)Marker\b"
@@ -605,9 +605,12 @@ _LEXICAL = (
 # are read for the words of the syntax rules instead.
 _DYNAMIC_TEXT = re.compile(
     r"(?<![\w.])(?:exec|eval|compile|__import__|getattr|setattr|delattr|vars|globals)\s*\("
+    r"|(?<![\w.])(?:exec|eval|__import__)\b"
     r"|\b(?:importlib|ctypes|marshal|runpy|pickle|_getframe|f_back|f_globals|f_locals|__code__|__globals__)\b"
 )
-_FRAMEWORK_TEXT = re.compile(r"^\s*(?:import|from)\s+(?:pytest|_pytest|pluggy|xdist|execnet|unittest|mock)\b")
+_FRAMEWORK_TEXT = re.compile(
+    r"^\s*(?:from\s+|import\s+(?:[\w.]+(?:\s+as\s+\w+)?\s*,\s*)*)(?:pytest|_pytest|pluggy|xdist|execnet|unittest|mock)\b"
+)
 _MAX_PARSED = MAX_READ = 2 << 20  # a larger file is read for those words too
 
 # The builtins that run or import code given as data, and those that reach an attribute by a name.
@@ -654,6 +657,8 @@ _WELL_KNOWN = frozenset(
 )
 # Modules that are the harness's way in: held as a value (`m = sys`, `f(builtins)`), one leaves the
 # policy's sight of what is done with it.
+# Modules an attribute reaches whatever it hangs from (`path.sys` after `from os import path`).
+_REACHED_MODULES = frozenset({"sys", "builtins", "_pytest", "pluggy", "gc", "importlib", "inspect"})
 _HELD_MODULES = frozenset({"sys", "builtins", "gc", "inspect", "_pytest", "pluggy", "importlib", "types"})
 # Source encodings whose text reads as the code it is (another, UTF-7 say, hides code in a comment).
 _PLAIN_CODINGS = frozenset({"utf-8", "utf-8-sig", "ascii", "iso8859-1", "cp1252"})  # (codecs' names)
@@ -713,9 +718,7 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     if tree is None:
         rules = (("dynamic-code", _DYNAMIC_TEXT), ("test-framework", _FRAMEWORK_TEXT))
         found += _lexical(change.path, before, after, hunks, rules)
-        if change.before is not None and (
-            _rebinds(before, after, hunks) or not _same_strings(before, after, hunks)
-        ):
+        if change.before is not None and not _same_strings(before, after, hunks):
             # (its unchanged lines may mean something else now, and nothing here can read them)
             line = hunks[0][2] + 1 if hunks else 1
             found.append(Finding("dynamic-code", change.path, line, _UNREAD))
@@ -723,18 +726,19 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
     spans: list[tuple[int, int]] | None = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
     had = old.kinds if old is not None else frozenset()
     already = old.imports if old is not None else _imported_words(before_text)
-    context = old
+    context, stores = old, old.stores if old is not None else None
     if old is None:  # (a new file: all of it; an accepted one that did not parse: its changed lines)
         spans = None if change.before is None else spans
     elif whole or _rebinds(before, after, hunks) or not _numbered_alike(before_text, change.after):
         # What unchanged lines reach may have changed (an import, a builtin's name no longer bound
         # where it was), or a region did not parse alone: the whole new text, as itself.
         tree, spans, context = _parse(change.after) or tree, None, None
+        stores = stores & _stores(tree, keep=False) if stores is not None else None  # (kept: in both)
     elif not _same_strings(before, after, hunks):  # (a string's end moved: what it held may be code)
         spans = None
     # Otherwise only the statements the changed lines meet are read (a one-line edit of a large
     # module), each whole where the edit changed its own lines (a header, a decorator).
-    for c in _Reach(tree, already, spans, after, context=context).found:
+    for c in _Reach(tree, already, spans, after, context=context, stores=stores).found:
         if (c.rule, c.what) in had:
             continue
         if old is None and spans is not None and not any(c.first <= hi and c.last >= lo for lo, hi in spans):
@@ -754,7 +758,7 @@ _UNBINDS = re.compile(
     re.MULTILINE,
 )
 _SCOPING = re.compile(r"(?:^|[;:])\s*(?:import|from\b.*\bimport|del|global|nonlocal)\b", re.MULTILINE)
-_UNREAD = "an edit that moves a string's end or a binding in a file this Python cannot parse"
+_UNREAD = "an edit that moves a string's end in a file this Python cannot parse"
 
 
 def _rebinds(before: Sequence[str], after: Sequence[str], hunks: Sequence[tuple[int, int, int, int]]) -> bool:
@@ -783,10 +787,13 @@ def _numbered_alike(before: str, after: str) -> bool:
 
 # What decides where strings and comments begin and end: quotes (with the letters before them: an
 # f-string's braces hold code), backslashes, `#`, braces and line ends; any other run is one "x".
-_STRING_SHAPE = re.compile(r"[A-Za-z_]*['\"]|[\\#{}\n]|[^'\"\\#{}\n]+?(?=[A-Za-z_]*['\"]|[\\#{}\n]|\Z)")
+_PREFIXED = r"(?<!\w)[bBrRuUfFtT]{1,2}['\"]|['\"]"  # (a string's prefix: the letters `rb'` may open with)
+_STRING_SHAPE = re.compile(rf"{_PREFIXED}|[\\#{{}}\n]|[^'\"\\#{{}}\n]+?(?=(?:{_PREFIXED})|[\\#{{}}\n]|\Z)")
 
 
 def _string_shape(lines: Sequence[str]) -> list[str]:
+    """The tokens that decide where strings and comments begin and end, other runs one "x"; empty
+    where there are none but line ends (such lines leave a string or code as they found it)."""
     shape: list[str] = []
     for token in _STRING_SHAPE.findall("\n".join(lines) + "\n"):
         if token[-1] in "'\"":
@@ -795,7 +802,7 @@ def _string_shape(lines: Sequence[str]) -> list[str]:
             shape.append(token)
         elif not shape or shape[-1] != "x":
             shape.append("x")
-    return shape
+    return shape if any(t not in ("x", "\n") for t in shape) else []
 
 
 def _same_strings(
@@ -1097,9 +1104,11 @@ class _Reach(ast.NodeVisitor):
         spans: Sequence[tuple[int, int]] | None,
         lines: Sequence[str] = (),
         context: _Accepted | None = None,
+        stores: frozenset[str] | None = None,
     ) -> None:
         """`tree`: the statements to read (those `spans` meet); `context`: the accepted file they
-        are part of, whose imports and names count too; `lines`: the source's lines."""
+        are part of, whose imports and names count too; `lines`: the source's lines; `stores`: what
+        the module's level stores to (None: what `tree`'s does)."""
         self.found: list[_Construct] = []
         self.tree, self.lines = tree, lines  # (the source: what a string spells there, the lines saw)
         self.already = already
@@ -1113,7 +1122,8 @@ class _Reach(ast.NodeVisitor):
             self.imported.update(imported)
         names = _binds(tree) | (context.binds if context is not None else frozenset())
         # (what the module's level stores to: the statements read, and the accepted file around them)
-        self.module_stores = _stores(tree, keep=False) | (context.stores if context else frozenset())
+        # (the accepted file's, where there is one: a store the edit adds, `sys = sys`, hides nothing)
+        self.module_stores = stores if stores is not None else _stores(tree, keep=False)
         self.scopes: list[tuple[bool, frozenset[str]]] = [(False, names)]  # (a class's?, names)
         self.judged: set[int] = set()  # names already judged as the function a call calls
         self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
@@ -1162,6 +1172,8 @@ class _Reach(ast.NodeVisitor):
             return dotted
         if isinstance(node, ast.Attribute) and node.attr in _WELL_KNOWN and self._module(node.value):
             return node.attr  # (`os.sys`: a module's module, as itself)
+        if isinstance(node, ast.Attribute) and node.attr in _REACHED_MODULES:
+            return node.attr  # (`path.sys` after `from os import path`: whatever it hangs from)
         return None
 
     def _scope(
@@ -1236,6 +1248,14 @@ class _Reach(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if (
+            isinstance(func, ast.Name)
+            and func.id != "locals"
+            and _is_namespace(node)
+            and id(node) not in self.judged
+        ):
+            # (`globals().get(n)`, `g = globals()`: every name, reached by one the source need not spell)
+            self._add("dynamic-code", f"{func.id}() as a value", node)
         if isinstance(func, ast.Attribute) and func.attr == "join" and (text := _folded(node)) is not None:
             self._spelled(text, node)
         if (
@@ -1343,15 +1363,17 @@ class _Reach(ast.NodeVisitor):
                     self._add(rule, f"{_dotted(node) or node.attr}: {what}", node)
         if node.attr in _WRITES and _is_globals(node.value):
             self._add("dynamic-code", f"globals().{node.attr}", node)
+            self.judged.add(id(node.value))
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
             self._add("dynamic-code", "globals()[...] written", node)
-        elif _is_namespace(node.value) and not (
-            isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
-        ):  # (`globals()["cexe"[::-1]]`: a name the source does not spell)
-            self._add("dynamic-code", "a namespace read by a computed name", node)
+            self.judged.add(id(node.value))
+        elif _is_namespace(node.value):
+            if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+                self._add("dynamic-code", "a namespace read by a computed name", node)  # (`[n[::-1]]`)
+            self.judged.add(id(node.value))  # (`globals()["name"]`: a name the source spells)
         self.generic_visit(node)
 
     def _source(self, node: ast.AST) -> str:
