@@ -1124,6 +1124,7 @@ class _Reach(ast.NodeVisitor):
         # (what the module's level stores to: the statements read, and the accepted file around them)
         # (the accepted file's, where there is one: a store the edit adds, `sys = sys`, hides nothing)
         self.module_stores = stores if stores is not None else _stores(tree, keep=False)
+        self.stores_read = _stores(tree, keep=False) if stores is not None else frozenset()
         self.scopes: list[tuple[bool, frozenset[str]]] = [(False, names)]  # (a class's?, names)
         self.judged: set[int] = set()  # names already judged as the function a call calls
         self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
@@ -1132,9 +1133,12 @@ class _Reach(ast.NodeVisitor):
 
     def _rebound(self, name: str) -> bool:
         """Whether `name` is stored to (assigned, a loop's or a comprehension's target, `except ...
-        as`, a parameter) where it is used: in a function around it, or at the module's level."""
+        as`, a parameter) where it is used: in a function around it, or at the module's level (by the
+        accepted file where there is one; by what is read only for a name no import binds: `for gc
+        in xs` names a value, `sys = sys` after `import sys` hides the module)."""
         functions = [n for n in self.scope_nodes if not isinstance(n, ast.ClassDef)]
-        return name in self.module_stores or any(name in _stores(n) for n in functions)
+        module = name in self.module_stores or (name not in self.modules and name in self.stores_read)
+        return module or any(name in _stores(n) for n in functions)
 
     def visit(self, node: ast.AST) -> None:
         if isinstance(node, ast.stmt) and self.spans is not None and not self.whole:
