@@ -147,6 +147,8 @@ def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make
         ("f = globals()['cexe'[::-1]]\n", "dynamic-code", "a namespace read by a computed name"),
         ("c = compile\n", "dynamic-code", "compile (as a value)"),
         ("def f(n):\n    return globals().get(n)\n", "dynamic-code", "globals() as a value"),
+        # (a comprehension does not see its class's names: the builtin, though the class has an `eval`)
+        ("class A:\n    x = [eval(s) for s in S]\n\n    def eval(self): ...\n", "dynamic-code", "eval"),
         ("def f(n):\n    g = vars()\n    return g[n]\n", "dynamic-code", "vars() as a value"),
         ("import sys\nsys = sys\nm = sys\n", "dynamic-code", "sys (a module as a value)"),  # (a store added)
         (
@@ -176,6 +178,7 @@ def test_what_an_edit_adds_to_the_code_under_test_is_named_with_its_rule(added, 
         "def f(obj, name):\n    setattr(obj, name, 1)\n",
         "import os\nfork = getattr(os, 'fork', None)\n",  # feature detection by a literal name
         "def run(x, eval=False):\n    return 1 if eval else x\n",  # a parameter named like a builtin
+        "def run(fs, x):\n    return [exec(x) for exec in fs]\n",  # (a comprehension's own name)
         "from regex import compile\nP = compile('x')\n",
         "y = globals()['g']\n",  # reading a global by name
         "import types\nT = isinstance(g, types.FunctionType)\n",

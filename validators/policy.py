@@ -1206,6 +1206,26 @@ class _Reach(ast.NodeVisitor):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
+    def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp) -> None:
+        """A comprehension is a scope of its own: a class's names are not seen from it (`[eval(s)
+        for s in xs]` in a class that defines `eval` calls the builtin). Its first iterable is read
+        where it stands."""
+        first, *rest = node.generators
+        self.visit(first.iter)
+        targets = frozenset(
+            n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)
+        )
+        self.scopes.append((False, targets))
+        try:
+            for child in [first.target, *first.ifs, *rest]:
+                self.visit(child)
+            for child in [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]:
+                self.visit(child)
+        finally:
+            self.scopes.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._shadowing(node.name, node)
         outer = [*node.decorator_list, *node.bases, *node.keywords]
