@@ -655,10 +655,10 @@ _WELL_KNOWN = frozenset(
     | {"warnings", "logging", "pytest", "_pytest", "pluggy", "unittest", "operator"}
     | {"object", "type"}  # (builtin classes: what `object.__getattribute__` and `vars(type)` reach)
 )
-# Modules that are the harness's way in: held as a value (`m = sys`, `f(builtins)`), one leaves the
-# policy's sight of what is done with it.
 # Modules an attribute reaches whatever it hangs from (`path.sys` after `from os import path`).
 _REACHED_MODULES = frozenset({"sys", "builtins", "_pytest", "pluggy", "gc", "importlib", "inspect"})
+# Modules that are the harness's way in: held as a value (`m = sys`, `f(builtins)`), one leaves the
+# policy's sight of what is done with it.
 _HELD_MODULES = frozenset({"sys", "builtins", "gc", "inspect", "_pytest", "pluggy", "importlib", "types"})
 # Source encodings whose text reads as the code it is (another, UTF-7 say, hides code in a comment).
 _PLAIN_CODINGS = frozenset({"utf-8", "utf-8-sig", "ascii", "iso8859-1", "cp1252"})  # (codecs' names)
@@ -720,8 +720,7 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
         found += _lexical(change.path, before, after, hunks, rules)
         if change.before is not None and not _same_strings(before, after, hunks):
             # (its unchanged lines may mean something else now, and nothing here can read them)
-            line = hunks[0][2] + 1 if hunks else 1
-            found.append(Finding("dynamic-code", change.path, line, _UNREAD))
+            found.append(Finding("dynamic-code", change.path, hunks[0][2] + 1, _UNREAD))
         return found
     spans: list[tuple[int, int]] | None = [(j1 + 1, j2) for _, _, j1, j2 in hunks if j2 > j1]
     had = old.kinds if old is not None else frozenset()
@@ -733,7 +732,6 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
         # What unchanged lines reach may have changed (an import, a builtin's name no longer bound
         # where it was), or a region did not parse alone: the whole new text, as itself.
         tree, spans, context = _parse(change.after) or tree, None, None
-        stores = stores & _stores(tree, keep=False) if stores is not None else None  # (kept: in both)
     elif not _same_strings(before, after, hunks):  # (a string's end moved: what it held may be code)
         spans = None
     # Otherwise only the statements the changed lines meet are read (a one-line edit of a large
@@ -1108,7 +1106,8 @@ class _Reach(ast.NodeVisitor):
     ) -> None:
         """`tree`: the statements to read (those `spans` meet); `context`: the accepted file they
         are part of, whose imports and names count too; `lines`: the source's lines; `stores`: what
-        the module's level stores to (None: what `tree`'s does)."""
+        the accepted file's module level stores to (with no `context`, `tree` is the whole new text:
+        a store counts where both have it; None: what `tree`'s does)."""
         self.found: list[_Construct] = []
         self.tree, self.lines = tree, lines  # (the source: what a string spells there, the lines saw)
         self.already = already
@@ -1121,10 +1120,12 @@ class _Reach(ast.NodeVisitor):
             self.dotted.update(dotted)
             self.imported.update(imported)
         names = _binds(tree) | (context.binds if context is not None else frozenset())
-        # (what the module's level stores to: the statements read, and the accepted file around them)
         # (the accepted file's, where there is one: a store the edit adds, `sys = sys`, hides nothing)
-        self.module_stores = stores if stores is not None else _stores(tree, keep=False)
-        self.stores_read = _stores(tree, keep=False) if stores is not None else frozenset()
+        self.stores_read = _stores(tree, keep=False)
+        if stores is None:
+            self.module_stores = self.stores_read
+        else:
+            self.module_stores = stores if context is not None else stores & self.stores_read
         self.scopes: list[tuple[bool, frozenset[str]]] = [(False, names)]  # (a class's?, names)
         self.judged: set[int] = set()  # names already judged as the function a call calls
         self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
