@@ -46,3 +46,32 @@ def test_a_text_that_fails_to_be_read_ends_the_thread_quietly():
         raise OSError("gone")
 
     read_ahead.start(texts).join(timeout=30)
+
+
+def test_the_states_sources_are_read_at_the_baseline_not_when_a_candidate_may_be_applied(
+    tmp_path, monkeypatch
+):
+    import sys
+
+    from ralph.sandboxes.local import LocalSandbox
+    from ralph.validators.facts import VerifySettings
+    from ralph.validators.pipeline import Verifier
+    from ralph.validators.toolchain import Toolchain
+    from tests.conftest import write_files
+
+    write_files(
+        tmp_path,
+        {
+            "m.py": "def f():\n    return 1\n",
+            "tests/test_m.py": "from m import f\n\n\ndef test_f():\n    assert f() == 1\n",
+        },
+    )
+    started = []
+    monkeypatch.setattr(read_ahead, "start", lambda files, learn=None: started.append(files))
+    verifier = Verifier(Toolchain(sys.executable, LocalSandbox(), tmp_path), VerifySettings())
+    try:
+        verifier.baseline()
+    finally:
+        verifier.close()
+    (tmp_path / "m.py").write_text("def f():\n    return 2\n")  # a candidate, applied before the thread ran
+    assert dict(started[0]())["m.py"] == "def f():\n    return 1\n"

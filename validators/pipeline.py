@@ -82,8 +82,10 @@ class Verifier:
         measured = measure(self.tools, self.guard, self.cache, self.settings.targets, timeout_s)
         self.facts = measured.facts
         self.impact.measured(measured.coverage)  # (once per state, not inside a candidate's verification)
-        project, is_test_file = self.tools.toolchain.project, self.is_test_file
-        read_ahead.start(lambda: read_ahead.project_texts(project, is_test_file), self.tools.syntax.learn)
+        # The state's texts read now, before any candidate is applied (the thread learns them later:
+        # a file read once the first candidate was written would be learnt as the state's).
+        texts = list(read_ahead.project_texts(self.tools.toolchain.project, self.is_test_file))
+        read_ahead.start(lambda: texts, self.tools.syntax.learn)
         return measured.observation, measured.stages
 
     def rebase(self, observation: Observation) -> None:
