@@ -84,7 +84,7 @@ class Verifier:
         self.impact.measured(measured.coverage)  # (once per state, not inside a candidate's verification)
         # The state's texts read now, before any candidate is applied (the thread learns them later:
         # a file read once the first candidate was written would be learnt as the state's).
-        texts = list(read_ahead.project_texts(self.tools.toolchain.project, self.is_test_file))
+        texts = read_ahead.read_now(self.tools.toolchain.project, self.is_test_file)
         read_ahead.start(lambda: texts, self.tools.syntax.learn)
         return measured.observation, measured.stages
 

@@ -39,6 +39,14 @@ def project_texts(project: Path, is_test_file: Callable[[str], bool]) -> Iterabl
             yield path, seen
 
 
+def read_now(project: Path, is_test_file: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """`project_texts`, read now (none where they cannot be: what is learnt ahead is only a cache)."""
+    try:
+        return list(project_texts(project, is_test_file))
+    except Exception:
+        return []
+
+
 # An environment or a build left inside the project (not hidden): no candidate's files.
 _NOT_SOURCES = ("venv", "env", "site-packages", "build", "dist", "node_modules")
 
