@@ -720,3 +720,56 @@ def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkey
     after = before.replace(line, line.replace("==", "!="), 1)
     assert policy.code_findings(FileChange("v/policy.py", before, after), test_file=False) == []
     assert parsed and max(parsed) < len(before) / 10
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "found"),
+    [
+        # Where statements run in order, a call above the project's own `def eval` calls the builtin.
+        ("x = 1\n\n\ndef eval(s):\n    return s\n", "x = eval(p)\n\n\ndef eval(s):\n    return s\n", True),
+        (
+            "class A:\n    x = 1\n\n    def eval(self, s):\n        return s\n",
+            "class A:\n    x = eval(p)\n\n    def eval(self, s):\n        return s\n",
+            True,
+        ),
+        (  # a comprehension in a class does not see the class's `eval`, defined above it or not
+            "class A:\n    def eval(self, s):\n        return s\n\n    x = 1\n",
+            "class A:\n    def eval(self, s):\n        return s\n\n    x = [eval(s) for s in S]\n",
+            True,
+        ),
+        (  # bound only where a condition held: the builtin where it did not
+            "if FLAG:\n    def compile(s):\n        return s\nx = 1\n",
+            "if FLAG:\n    def compile(s):\n        return s\nx = compile(p, 'f', 'exec')\n",
+            True,
+        ),
+        # Below its own def, at the module's level or in a function anywhere: the project's.
+        ("def eval(s):\n    return s\n\n\nx = 1\n", "def eval(s):\n    return s\n\n\nx = eval(p)\n", False),
+        (
+            "def f(p):\n    return p\n\n\ndef eval(s):\n    return s\n",
+            "def f(p):\n    return eval(p)\n\n\ndef eval(s):\n    return s\n",
+            False,
+        ),
+        (
+            "from .ops import eval\n\nX = [1]\n",
+            "from .ops import eval\n\nX = [eval(s) for s in S]\n",
+            False,
+        ),
+    ],
+)
+def test_a_call_where_the_module_or_a_class_runs_in_order_sees_only_what_is_bound_above_it(
+    before, after, found
+):
+    findings_now = [f for f in findings(before, after) if f.startswith("dynamic-code")]
+    assert bool(findings_now) is found, findings_now
+
+
+def test_a_forgery_called_above_the_projects_own_exec_is_refused(make_repo, tmp_path):
+    """The project defines an `exec` of its own at the bottom of the module; a call of that name at
+    the module's top runs first, when that name is still the builtin's."""
+    own = BUGGY + "\n\ndef exec(command):\n    return command\n"
+    repo = make_repo({**BUGGY_WINDOWS, "windows.py": own})
+    payload = PASSING_REPORTS.encode().hex()
+    forged = f"exec(bytes.fromhex({payload!r}).decode())\n" + own
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:1: exec" in verdict["reason"]

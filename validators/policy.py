@@ -736,7 +736,10 @@ def code_findings(change: FileChange, test_file: bool) -> list[Finding]:
         spans = None
     # Otherwise only the statements the changed lines meet are read (a one-line edit of a large
     # module), each whole where the edit changed its own lines (a header, a decorator).
-    for c in _Reach(tree, already, spans, after, context=context, stores=stores).found:
+    reach = _Reach(tree, already, spans, after, context=context, stores=stores)
+    if reach.needs_whole and (whole_tree := _parse(change.after)) is not None:
+        reach = _Reach(whole_tree, already, None, after, context=None, stores=stores)
+    for c in reach.found:
         if (c.rule, c.what) in had:
             continue
         if old is None and spans is not None and not any(c.first <= hi and c.last >= lo for lo, hi in spans):
@@ -1080,6 +1083,15 @@ def _binds(scope: ast.AST) -> frozenset[str]:
     return frozenset(names)
 
 
+def _binds_alone(statement: ast.stmt) -> frozenset[str]:
+    """The names a def, class or import statement binds unconditionally where it stands."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return frozenset({statement.name})
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return frozenset((a.asname or a.name).split(".")[0] for a in statement.names)
+    return frozenset()
+
+
 def _dotted(node: ast.expr) -> str | None:
     parts = []
     while isinstance(node, ast.Attribute):
@@ -1120,6 +1132,10 @@ class _Reach(ast.NodeVisitor):
             self.dotted.update(dotted)
             self.imported.update(imported)
         names = _binds(tree) | (context.binds if context is not None else frozenset())
+        self.accepted_binds = context.binds if context is not None else frozenset()
+        # A name only the accepted file binds, used where statements run in order (`_defined`): what
+        # these statements cannot tell is read again on the whole new text.
+        self.needs_whole = False
         # (the accepted file's, where there is one: a store the edit adds, `sys = sys`, hides nothing)
         self.stores_read = _stores(tree, keep=False)
         if stores is None:
@@ -1160,12 +1176,30 @@ class _Reach(ast.NodeVisitor):
         first = getattr(node, "lineno", 0)
         self.found.append(_Construct(rule, what, first, getattr(node, "end_lineno", None) or first))
 
-    def _defined(self, name: str) -> bool:
-        """Whether `name` is defined where it is used (class scopes are not seen from methods)."""
+    def _defined(self, name: str, node: ast.AST | None = None) -> bool:
+        """Whether `name` is defined where it is used (class scopes are not seen from methods). Where
+        `node` runs as the module or a class body runs (no function around it), in order: only a def,
+        class or import of the statements read that binds it unconditionally and ends before `node`
+        (or a comprehension's target) counts; a call above `def eval` calls the builtin."""
         last = len(self.scopes) - 1
-        return any(
-            name in names for i, (is_class, names) in enumerate(self.scopes) if i == last or not is_class
-        )
+        if node is None or any(not isinstance(n, ast.ClassDef) for n in self.scope_nodes):
+            return any(
+                name in names for i, (is_class, names) in enumerate(self.scopes) if i == last or not is_class
+            )
+        comprehensions = [names for is_class, names in self.scopes[1:] if not is_class]
+        if any(name in names for names in comprehensions):
+            return True  # (a comprehension's target)
+        classes = [n for n in self.scope_nodes if isinstance(n, ast.ClassDef)]
+        line = getattr(node, "lineno", 0)
+        # (a comprehension does not see the class around it)
+        bodies = [classes[-1].body, self.tree.body] if classes and not comprehensions else [self.tree.body]
+        for body in bodies:
+            if any((s.end_lineno or s.lineno) < line and name in _binds_alone(s) for s in body):
+                return True
+        if name in self.accepted_binds:  # (bound by statements not read here: the whole text decides)
+            self.needs_whole = True
+            return True
+        return False
 
     def _module(self, node: ast.expr) -> str | None:
         if isinstance(node, ast.Name):
@@ -1296,7 +1330,7 @@ class _Reach(ast.NodeVisitor):
         if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
             self.judged.add(id(func))
         if isinstance(func, ast.Name):
-            if func.id in _RUNS_CODE and not self._defined(func.id):
+            if func.id in _RUNS_CODE and not self._defined(func.id, node):
                 self._add("dynamic-code", func.id, node)
                 self.judged.add(id(func))
             elif func.id in _REFLECTION:
@@ -1341,7 +1375,7 @@ class _Reach(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if not isinstance(node.ctx, ast.Load) or id(node) in self.judged:
             return
-        if node.id in _RUNS_CODE | _REFLECTION and not self._defined(node.id):
+        if node.id in _RUNS_CODE | _REFLECTION and not self._defined(node.id, node):
             self._add("dynamic-code", f"{node.id} (as a value)", node)
         qualified = self.imported.get(node.id)
         if qualified and _dynamic(qualified):
