@@ -742,6 +742,16 @@ def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkey
             "if FLAG:\n    def compile(s):\n        return s\nx = compile(p, 'f', 'exec')\n",
             True,
         ),
+        (  # bound above, then unbound: the builtin again
+            "def eval(s):\n    return s\n\n\nx = 1\n",
+            "def eval(s):\n    return s\n\n\ndel eval\nx = eval(p)\n",
+            True,
+        ),
+        (  # unbound in the accepted file, the edit's call below
+            "def eval(s):\n    return s\n\n\ndel eval\nx = 1\n",
+            "def eval(s):\n    return s\n\n\ndel eval\nx = eval(p)\n",
+            True,
+        ),
         # Below its own def, at the module's level or in a function anywhere: the project's.
         ("def eval(s):\n    return s\n\n\nx = 1\n", "def eval(s):\n    return s\n\n\nx = eval(p)\n", False),
         (

@@ -1083,6 +1083,19 @@ def _binds(scope: ast.AST) -> frozenset[str]:
     return frozenset(names)
 
 
+def _bound_above(scope: ast.AST, name: str, line: int) -> bool:
+    """Whether a statement of `scope`'s own body binds `name` unconditionally (a def, class or
+    import) and ends before `line`, and no `del` in the scope unbinds it."""
+    body = getattr(scope, "body", [])
+    if not any((s.end_lineno or s.lineno) < line and name in _binds_alone(s) for s in body):
+        return False
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return not any(
+        isinstance(s, ast.Delete) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets)
+        for s in _statements(scope, into=lambda s: not isinstance(s, definitions))
+    )
+
+
 def _binds_alone(statement: ast.stmt) -> frozenset[str]:
     """The names a def, class or import statement binds unconditionally where it stands."""
     if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -1133,6 +1146,7 @@ class _Reach(ast.NodeVisitor):
             self.imported.update(imported)
         names = _binds(tree) | (context.binds if context is not None else frozenset())
         self.accepted_binds = context.binds if context is not None else frozenset()
+        self.partial = context is not None  # (the statements read are some of the file's)
         # A name only the accepted file binds, used where statements run in order (`_defined`): what
         # these statements cannot tell is read again on the whole new text.
         self.needs_whole = False
@@ -1192,14 +1206,13 @@ class _Reach(ast.NodeVisitor):
         classes = [n for n in self.scope_nodes if isinstance(n, ast.ClassDef)]
         line = getattr(node, "lineno", 0)
         # (a comprehension does not see the class around it)
-        bodies = [classes[-1].body, self.tree.body] if classes and not comprehensions else [self.tree.body]
-        for body in bodies:
-            if any((s.end_lineno or s.lineno) < line and name in _binds_alone(s) for s in body):
-                return True
-        if name in self.accepted_binds:  # (bound by statements not read here: the whole text decides)
-            self.needs_whole = True
-            return True
-        return False
+        scopes: list[ast.AST] = [classes[-1], self.tree] if classes and not comprehensions else [self.tree]
+        bound = any(_bound_above(scope, name, line) for scope in scopes)
+        if self.partial and (bound or name in self.accepted_binds):
+            self.needs_whole = (
+                True  # (statements not read here may bind or unbind it: the whole text decides)
+            )
+        return bound or self.needs_whole
 
     def _module(self, node: ast.expr) -> str | None:
         if isinstance(node, ast.Name):
