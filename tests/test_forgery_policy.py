@@ -752,6 +752,22 @@ def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkey
             "def eval(s):\n    return s\n\n\ndel eval\nx = eval(p)\n",
             True,
         ),
+        (  # unbound by an `except ... as` of that name, or a `del` of a tuple holding it
+            "def eval(s):\n    return s\n\n\nx = 1\n",
+            "def eval(s):\n    return s\n\n\ntry:\n    1 / 0\nexcept ZeroDivisionError as eval:\n"
+            "    pass\nx = eval(p)\n",
+            True,
+        ),
+        (
+            "def eval(s):\n    return s\n\n\nx = 1\n",
+            "def eval(s):\n    return s\n\n\ndel (eval,)\nx = eval(p)\n",
+            True,
+        ),
+        (  # a class's body (run at import) that deletes the module's
+            "def eval(s):\n    return s\n\n\nx = 1\n",
+            "def eval(s):\n    return s\n\n\nclass C:\n    global eval\n    del eval\n\n\nx = eval(p)\n",
+            True,
+        ),
         # Below its own def, at the module's level or in a function anywhere: the project's.
         ("def eval(s):\n    return s\n\n\nx = 1\n", "def eval(s):\n    return s\n\n\nx = eval(p)\n", False),
         (
@@ -762,6 +778,21 @@ def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkey
         (
             "from .ops import eval\n\nX = [1]\n",
             "from .ops import eval\n\nX = [eval(s) for s in S]\n",
+            False,
+        ),
+        (  # bound on every way through: an import with its fallback, a def in both branches
+            "try:\n    from regex import compile\nexcept ImportError:\n    from re import compile\n\nP = 1\n",
+            "try:\n    from regex import compile\nexcept ImportError:\n    from re import compile\n\nP = compile(b)\n",
+            False,
+        ),
+        (
+            "if WIN:\n    def compile(s):\n        return s\nelse:\n    def compile(s):\n        return s\nP = 1\n",
+            "if WIN:\n    def compile(s):\n        return s\nelse:\n    def compile(s):\n        return s\nP = compile(b)\n",
+            False,
+        ),
+        (  # a `del` below the use runs after it
+            "from re import compile\n\nA = 1\ndel compile\n",
+            "from re import compile\n\nA = compile('a')\ndel compile\n",
             False,
         ),
     ],

@@ -1084,16 +1084,57 @@ def _binds(scope: ast.AST) -> frozenset[str]:
 
 
 def _bound_above(scope: ast.AST, name: str, line: int) -> bool:
-    """Whether a statement of `scope`'s own body binds `name` unconditionally (a def, class or
-    import) and ends before `line`, and no `del` in the scope unbinds it."""
-    body = getattr(scope, "body", [])
-    if not any((s.end_lineno or s.lineno) < line and name in _binds_alone(s) for s in body):
+    """Whether `name` is bound in `scope`'s own body when `line` runs, its statements run in order:
+    a def, class or import that binds it on every way through (both branches of an `if`, a `try`
+    and each of its handlers) ends before it, and nothing since unbinds it (a `del`, an `except ...
+    as` of that name), nor could anything anywhere (`global` of it in a nested scope)."""
+    if any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(scope)):
         return False
-    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    return not any(
-        isinstance(s, ast.Delete) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets)
-        for s in _statements(scope, into=lambda s: not isinstance(s, definitions))
-    )
+    bound = False
+    for statement in getattr(scope, "body", []):
+        if (statement.end_lineno or statement.lineno) >= line:
+            break
+        bound = (bound or _binds_surely(statement, name)) and not _unbinds(statement, name)
+    return bound
+
+
+def _binds_surely(statement: ast.stmt, name: str) -> bool:
+    """Whether `statement` binds `name` by a def, class or import on every way through it."""
+    if name in _binds_alone(statement):
+        return True
+
+    def any_binds(body: list[ast.stmt]) -> bool:
+        return any(_binds_surely(s, name) for s in body)
+
+    if isinstance(statement, ast.If):
+        return any_binds(statement.body) and any_binds(statement.orelse)
+    if isinstance(statement, ast.Try):
+        handled = all(
+            any_binds(h.body) or bool(h.body and isinstance(h.body[-1], ast.Raise))
+            for h in statement.handlers
+        )
+        return (any_binds(statement.body) and handled) or any_binds(statement.finalbody)
+    return False
+
+
+def _unbinds(statement: ast.stmt, name: str) -> bool:
+    """Whether `statement` may unbind `name` where it runs (a `del` of it, an `except ... as` it;
+    not in the functions or classes it defines)."""
+    todo: list[ast.AST] = [statement]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Delete) and any(
+            isinstance(t, ast.Name) and t.id == name for target in node.targets for t in ast.walk(target)
+        ):
+            return True
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return True
+        todo.extend(
+            child
+            for child in ast.iter_child_nodes(node)
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+        )
+    return False
 
 
 def _binds_alone(statement: ast.stmt) -> frozenset[str]:
@@ -1209,10 +1250,10 @@ class _Reach(ast.NodeVisitor):
         scopes: list[ast.AST] = [classes[-1], self.tree] if classes and not comprehensions else [self.tree]
         bound = any(_bound_above(scope, name, line) for scope in scopes)
         if self.partial and (bound or name in self.accepted_binds):
-            self.needs_whole = (
-                True  # (statements not read here may bind or unbind it: the whole text decides)
-            )
-        return bound or self.needs_whole
+            # (statements not read here may bind or unbind it: the whole new text decides; where it
+            # cannot be read, what is read here says the builtin)
+            self.needs_whole = True
+        return bound
 
     def _module(self, node: ast.expr) -> str | None:
         if isinstance(node, ast.Name):
