@@ -146,6 +146,10 @@ def test_a_fake_report_reached_through_a_computed_getattr_on_sys_is_refused(make
         ("import sys\nsys .modules['json'] = None\n", "harness", "sys.modules"),
         ("f = globals()['cexe'[::-1]]\n", "dynamic-code", "a namespace read by a computed name"),
         ("c = compile\n", "dynamic-code", "compile (as a value)"),
+        # (where a module or class body runs, locals() and vars() are its namespace: writes bind names)
+        ("locals().pop('eval')\n", "dynamic-code", "globals().pop"),
+        ("del locals()['eval']\n", "dynamic-code", "globals()[...] written"),
+        ("class A:\n    vars()['exec'] = g\n", "dynamic-code", "globals()[...] written"),
         ("def f(n):\n    return globals().get(n)\n", "dynamic-code", "globals() as a value"),
         # (a comprehension does not see its class's names: the builtin, though the class has an `eval`)
         ("class A:\n    x = [eval(s) for s in S]\n\n    def eval(self): ...\n", "dynamic-code", "eval"),
@@ -181,6 +185,8 @@ def test_what_an_edit_adds_to_the_code_under_test_is_named_with_its_rule(added, 
         "def run(fs, x):\n    return [exec(x) for exec in fs]\n",  # (a comprehension's own name)
         "from regex import compile\nP = compile('x')\n",
         "y = globals()['g']\n",  # reading a global by name
+        "def f(**kw):\n    locals().update(kw)\n    return 1\n",  # a function's locals: a copy
+        "S = '{g}'.format(**locals())\n",  # read, not written
         "import types\nT = isinstance(g, types.FunctionType)\n",
         "import typing\nX: typing.Any = 1\n",
         "from importlib.metadata import version\nV = version('x')\n",  # a distribution's data

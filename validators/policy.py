@@ -1231,13 +1231,17 @@ class _Reach(ast.NodeVisitor):
         first = getattr(node, "lineno", 0)
         self.found.append(_Construct(rule, what, first, getattr(node, "end_lineno", None) or first))
 
+    def _in_order(self) -> bool:
+        """Whether what is visited runs as the module or a class body runs (no function around it)."""
+        return all(isinstance(n, ast.ClassDef) for n in self.scope_nodes)
+
     def _defined(self, name: str, node: ast.AST | None = None) -> bool:
         """Whether `name` is defined where it is used (class scopes are not seen from methods). Where
         `node` runs as the module or a class body runs (no function around it), in order: only a def,
         class or import of the statements read that binds it unconditionally and ends before `node`
         (or a comprehension's target) counts; a call above `def eval` calls the builtin."""
         last = len(self.scopes) - 1
-        if node is None or any(not isinstance(n, ast.ClassDef) for n in self.scope_nodes):
+        if node is None or not self._in_order():
             return any(
                 name in names for i, (is_class, names) in enumerate(self.scopes) if i == last or not is_class
             )
@@ -1474,13 +1478,13 @@ class _Reach(ast.NodeVisitor):
             if spelled != _dotted(node) or spelled not in self._source(node):
                 for rule, what in _keys([spelled], _LEXICAL[:2]):
                     self._add(rule, f"{_dotted(node) or node.attr}: {what}", node)
-        if node.attr in _WRITES and _is_globals(node.value):
+        if node.attr in _WRITES and _is_globals(node.value, self._in_order()):
             self._add("dynamic-code", f"globals().{node.attr}", node)
             self.judged.add(id(node.value))
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        if not isinstance(node.ctx, ast.Load) and _is_globals(node.value):
+        if not isinstance(node.ctx, ast.Load) and _is_globals(node.value, self._in_order()):
             self._add("dynamic-code", "globals()[...] written", node)
             self.judged.add(id(node.value))
         elif _is_namespace(node.value):
@@ -1584,8 +1588,16 @@ def _dynamic(qualified: str) -> bool:
     return qualified.split(".")[0] in _DYNAMIC_MODULES
 
 
-def _is_globals(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"
+def _is_globals(node: ast.expr, in_order: bool = False) -> bool:
+    """`globals()`; where a module or class body runs (`in_order`), `locals()` or `vars()` too: there
+    they are its namespace itself, and a write to them binds or unbinds its names."""
+    names = ("globals", "locals", "vars") if in_order else ("globals",)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in names
+        and not node.args
+    )
 
 
 def _is_namespace(node: ast.expr) -> bool:
