@@ -1076,10 +1076,7 @@ def _binds(scope: ast.AST) -> frozenset[str]:
         names.update(x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x)
     definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     for node in _statements(scope, into=lambda s: not isinstance(s, definitions)):
-        if isinstance(node, definitions):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        names |= _binds_alone(node)
     return frozenset(names)
 
 
@@ -1588,24 +1585,21 @@ def _dynamic(qualified: str) -> bool:
     return qualified.split(".")[0] in _DYNAMIC_MODULES
 
 
+_NAMESPACES = ("globals", "locals", "vars")
+
+
 def _is_globals(node: ast.expr, in_order: bool = False) -> bool:
     """`globals()`; where a module or class body runs (`in_order`), `locals()` or `vars()` too: there
     they are its namespace itself, and a write to them binds or unbinds its names."""
-    names = ("globals", "locals", "vars") if in_order else ("globals",)
+    return _is_namespace(node, _NAMESPACES if in_order else ("globals",))
+
+
+def _is_namespace(node: ast.expr, names: Sequence[str] = _NAMESPACES) -> bool:
+    """`globals()`, `locals()` or `vars()` (of `names`): a scope's names as a dict."""
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in names
-        and not node.args
-    )
-
-
-def _is_namespace(node: ast.expr) -> bool:
-    """`globals()`, `locals()` or `vars()`: a scope's names as a dict."""
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("globals", "locals", "vars")
         and not node.args
     )
 
