@@ -774,11 +774,48 @@ def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkey
             "def eval(s):\n    return s\n\n\nclass C:\n    global eval\n    del eval\n\n\nx = eval(p)\n",
             True,
         ),
-        # Below its own def, at the module's level or in a function anywhere: the project's.
-        ("def eval(s):\n    return s\n\n\nx = 1\n", "def eval(s):\n    return s\n\n\nx = eval(p)\n", False),
+        # In a function above its own def: the function may run before the def (called or decorated
+        # as the module is imported, a lambda called where it stands), when the name is the builtin's.
         (
             "def f(p):\n    return p\n\n\ndef eval(s):\n    return s\n",
             "def f(p):\n    return eval(p)\n\n\ndef eval(s):\n    return s\n",
+            True,
+        ),
+        (
+            "def f(p):\n    return p\n\n\nX = f(1)\n\n\ndef eval(s):\n    return s\n",
+            "def f(p):\n    return eval(p)\n\n\nX = f(1)\n\n\ndef eval(s):\n    return s\n",
+            True,
+        ),
+        (
+            "X = 1\n\n\ndef eval(s):\n    return s\n",
+            "X = (lambda: eval(p))()\n\n\ndef eval(s):\n    return s\n",
+            True,
+        ),
+        (
+            "X = 1\n\n\ndef eval(s):\n    return s\n",
+            "@apply\ndef f():\n    return eval(p)\n\n\nX = 1\n\n\ndef eval(s):\n    return s\n",
+            True,
+        ),
+        (
+            "class A:\n    def m(self):\n        return 1\n\n\ndef eval(s):\n    return s\n",
+            "class A:\n    def m(self):\n        return eval(p)\n\n\ndef eval(s):\n    return s\n",
+            True,
+        ),
+        # Below its own def, at the module's level or in a function or method: the project's.
+        ("def eval(s):\n    return s\n\n\nx = 1\n", "def eval(s):\n    return s\n\n\nx = eval(p)\n", False),
+        (
+            "def eval(s):\n    return s\n\n\ndef f(p):\n    return p\n",
+            "def eval(s):\n    return s\n\n\ndef f(p):\n    return eval(p)\n",
+            False,
+        ),
+        (
+            "def eval(s):\n    return s\n\n\nclass A:\n    def m(self):\n        return 1\n",
+            "def eval(s):\n    return s\n\n\nclass A:\n    def m(self):\n        return eval(p)\n",
+            False,
+        ),
+        (  # (a parameter, or a def in the function itself)
+            "def f(p):\n    return p\n\n\ndef eval(s):\n    return s\n",
+            "def f(p, eval=len):\n    return eval(p)\n\n\ndef eval(s):\n    return s\n",
             False,
         ),
         (
@@ -820,3 +857,15 @@ def test_a_forgery_called_above_the_projects_own_exec_is_refused(make_repo, tmp_
     drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
     verdict = refused(run_fix(repo, drafter, max_iterations=1))
     assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:1: exec" in verdict["reason"]
+
+
+def test_a_forgery_in_a_function_run_above_the_projects_own_exec_is_refused(make_repo, tmp_path):
+    """A function above the project's own `exec`, called as the module is imported (before that def
+    ran): the name in its body is still the builtin's."""
+    own = BUGGY + "\n\ndef exec(command):\n    return command\n"
+    repo = make_repo({**BUGGY_WINDOWS, "windows.py": own})
+    payload = PASSING_REPORTS.encode().hex()
+    forged = f"def _setup():\n    exec(bytes.fromhex({payload!r}).decode())\n\n\n_setup()\n" + own
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:2: exec" in verdict["reason"]

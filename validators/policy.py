@@ -1236,19 +1236,37 @@ class _Reach(ast.NodeVisitor):
         """Whether `name` is defined where it is used (class scopes are not seen from methods). Where
         `node` runs as the module or a class body runs (no function around it), in order: only a def,
         class or import of the statements read that binds it unconditionally and ends before `node`
-        (or a comprehension's target) counts; a call above `def eval` calls the builtin."""
+        (or a comprehension's target) counts; a call above `def eval` calls the builtin. In a function
+        the module defines (or a lambda), a name only the module binds counts only where the module
+        binds it above that function: the function may run before the binding (called, decorated, a
+        lambda called where it stands, as the module is imported), and a call there is the builtin's."""
         last = len(self.scopes) - 1
-        if node is None or not self._in_order():
+        if node is None:
             return any(
                 name in names for i, (is_class, names) in enumerate(self.scopes) if i == last or not is_class
             )
+        if not self._in_order():
+            local = any(
+                name in names for i, (is_class, names) in enumerate(self.scopes) if i and not is_class
+            )
+            if local or name in self.scopes[last][1]:
+                return True  # (a parameter, or a def or import of a function around it, or its own)
+            if name not in self.scopes[0][1]:
+                return False
+            # (where the outermost function or class around it stands: it may first run there)
+            outer = self.scope_nodes[0]
+            line = first_line(outer) if isinstance(outer, ast.stmt) else getattr(outer, "lineno", 0)
+            return self._bound_in_order(name, [self.tree], line)
         comprehensions = [names for is_class, names in self.scopes[1:] if not is_class]
         if any(name in names for names in comprehensions):
             return True  # (a comprehension's target)
         classes = [n for n in self.scope_nodes if isinstance(n, ast.ClassDef)]
-        line = getattr(node, "lineno", 0)
         # (a comprehension does not see the class around it)
         scopes: list[ast.AST] = [classes[-1], self.tree] if classes and not comprehensions else [self.tree]
+        return self._bound_in_order(name, scopes, getattr(node, "lineno", 0))
+
+    def _bound_in_order(self, name: str, scopes: Sequence[ast.AST], line: int) -> bool:
+        """Whether one of `scopes` binds `name` surely above `line` (`_bound_above`)."""
         bound = any(_bound_above(scope, name, line) for scope in scopes)
         if self.partial and (bound or name in self.accepted_binds):
             # (statements not read here may bind or unbind it: the whole new text decides; where it
