@@ -847,6 +847,33 @@ def test_a_call_where_the_module_or_a_class_runs_in_order_sees_only_what_is_boun
     assert bool(findings_now) is found, findings_now
 
 
+_OWN_EXEC = "def run(s):\n    return exec(s)\n\n\ndef exec(s):\n    return s\n\n\nX = 1\n"
+
+
+@pytest.mark.parametrize(
+    ("added", "found"),
+    [
+        # The module's own `def exec` taken away (the module imports itself, or another one's): its
+        # functions' calls of `exec` then call the builtin.
+        ("import windows\n\ndel windows.exec\n", True),
+        ("from pkg import windows as w\n\ndel w.exec, w.X\n", True),
+        ("import other\n\ndel other.eval\n", True),
+        ("import windows\n\nwindows.exec = print\n", True),
+        ("from pkg import windows\n\nwindows.compile = len\n", True),
+        # An object's own attributes of those names, and other attributes of modules: ordinary.
+        ("class C:\n    def __init__(self, f):\n        self.compile = f\n", False),
+        ("import windows\n\nwindows.X = 2\n", False),
+        ("class C:\n    pass\n\n\no = C()\no.x = 1\ndel o.x\n", False),
+    ],
+)
+def test_a_modules_own_exec_deleted_or_rebound_through_the_module_is_refused(added, found):
+    after = _OWN_EXEC.replace("X = 1\n", added)
+    findings_now = [
+        f for f in findings(_OWN_EXEC, after, path="pkg/windows.py") if f.startswith("dynamic-code")
+    ]
+    assert bool(findings_now) is found, findings_now
+
+
 def test_a_forgery_called_above_the_projects_own_exec_is_refused(make_repo, tmp_path):
     """The project defines an `exec` of its own at the bottom of the module; a call of that name at
     the module's top runs first, when that name is still the builtin's."""
@@ -869,3 +896,18 @@ def test_a_forgery_in_a_function_run_above_the_projects_own_exec_is_refused(make
     drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
     verdict = refused(run_fix(repo, drafter, max_iterations=1))
     assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:2: exec" in verdict["reason"]
+
+
+def test_a_forgery_that_deletes_the_projects_own_exec_through_the_module_is_refused(make_repo, tmp_path):
+    """The module imports itself and deletes its own `def exec`: the call below the def, judged as
+    the project's, then calls the builtin."""
+    own = BUGGY + "\n\ndef exec(command):\n    return command\n"
+    repo = make_repo({**BUGGY_WINDOWS, "windows.py": own})
+    payload = PASSING_REPORTS.encode().hex()
+    forged = (
+        own
+        + f"\n\nimport windows  # noqa: E402\n\ndel windows.exec\nexec(bytes.fromhex({payload!r}).decode())\n"
+    )
+    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
+    verdict = refused(run_fix(repo, drafter, max_iterations=1))
+    assert "the edit adds dynamic code" in verdict["reason"] and "windows.exec deleted" in verdict["reason"]

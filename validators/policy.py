@@ -1496,6 +1496,20 @@ class _Reach(ast.NodeVisitor):
         if node.attr in _WRITES and _is_globals(node.value, self._in_order()):
             self._add("dynamic-code", f"globals().{node.attr}", node)
             self.judged.add(id(node.value))
+        if node.attr in _RUNS_CODE | _REFLECTION and not isinstance(node.ctx, ast.Load):
+            # `del mod.exec` (the module itself imported, or another): its functions' calls of its own
+            # `def exec` then call the builtin; `mod.exec = ...` rebinds them (an object's own is not)
+            deleted = isinstance(node.ctx, ast.Del)
+            if (
+                deleted
+                or module is not None
+                or (isinstance(node.value, ast.Name) and node.value.id in self.imported)
+            ):
+                self._add(
+                    "dynamic-code",
+                    f"{_dotted(node) or node.attr} {'deleted' if deleted else 'rebound'}",
+                    node,
+                )
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
