@@ -9,6 +9,7 @@ the pure functions are specified on plain strings."""
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -774,13 +775,8 @@ def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkey
             "def eval(s):\n    return s\n\n\nclass C:\n    global eval\n    del eval\n\n\nx = eval(p)\n",
             True,
         ),
-        # In a function above its own def: the function may run before the def (called or decorated
-        # as the module is imported, a lambda called where it stands), when the name is the builtin's.
-        (
-            "def f(p):\n    return p\n\n\ndef eval(s):\n    return s\n",
-            "def f(p):\n    return eval(p)\n\n\ndef eval(s):\n    return s\n",
-            True,
-        ),
+        # In a function above its own def that may run before the def as the module is imported
+        # (called, decorated, a lambda called where it stands, a class instantiated): the builtin's.
         (
             "def f(p):\n    return p\n\n\nX = f(1)\n\n\ndef eval(s):\n    return s\n",
             "def f(p):\n    return eval(p)\n\n\nX = f(1)\n\n\ndef eval(s):\n    return s\n",
@@ -797,9 +793,30 @@ def test_a_one_line_edit_of_a_large_module_still_reads_only_its_statement(monkey
             True,
         ),
         (
-            "class A:\n    def m(self):\n        return 1\n\n\ndef eval(s):\n    return s\n",
-            "class A:\n    def m(self):\n        return eval(p)\n\n\ndef eval(s):\n    return s\n",
+            "class A:\n    def m(self):\n        return 1\n\n\nA()\n\n\ndef eval(s):\n    return s\n",
+            "class A:\n    def m(self):\n        return eval(p)\n\n\nA()\n\n\ndef eval(s):\n    return s\n",
             True,
+        ),
+        (  # (named by a function that runs then)
+            "def g():\n    return 1\n\n\ndef f(p):\n    return p\n\n\nX = g()\n\n\ndef eval(s):\n    return s\n",
+            "def g():\n    return f(1)\n\n\ndef f(p):\n    return eval(p)\n\n\nX = g()\n\n\ndef eval(s):\n    return s\n",
+            True,
+        ),
+        (  # (the module's own def deleted below it: the builtin's again)
+            "def eval(s):\n    return s\n\n\ndef f(p):\n    return p\n\n\nX = 1\n",
+            "def eval(s):\n    return s\n\n\ndef f(p):\n    return eval(p)\n\n\ndel eval\nX = f(1)\n",
+            True,
+        ),
+        # Above its own def but run only later (a top-down layout): the project's.
+        (
+            "def f(p):\n    return p\n\n\ndef eval(s):\n    return s\n",
+            "def f(p):\n    return eval(p)\n\n\ndef eval(s):\n    return s\n",
+            False,
+        ),
+        (
+            "def main():\n    return 1\n\n\ndef eval(s):\n    return s\n\n\nif __name__ == '__main__':\n    main()\n",
+            "def main():\n    return eval(p)\n\n\ndef eval(s):\n    return s\n\n\nif __name__ == '__main__':\n    main()\n",
+            False,
         ),
         # Below its own def, at the module's level or in a function or method: the project's.
         ("def eval(s):\n    return s\n\n\nx = 1\n", "def eval(s):\n    return s\n\n\nx = eval(p)\n", False),
@@ -858,12 +875,19 @@ _OWN_EXEC = "def run(s):\n    return exec(s)\n\n\ndef exec(s):\n    return s\n\n
         ("import windows\n\ndel windows.exec\n", True),
         ("from pkg import windows as w\n\ndel w.exec, w.X\n", True),
         ("import other\n\ndel other.eval\n", True),
-        ("import windows\n\nwindows.exec = print\n", True),
-        ("from pkg import windows\n\nwindows.compile = len\n", True),
+        ("from . import windows\n\ndelattr(windows, 'exec')\n", True),
+        ("from pkg import windows\n\nvars(windows).pop('exec')\n", True),
+        ("from pkg import windows\n\nwindows.__dict__.__delitem__('exec')\n", True),
+        ("import windows\n\nw = windows\nobject.__delattr__(w, 'exec')\n", True),
+        ("import windows\n\ndel windows.__dict__['exec']\n", True),
+        # Rebinding needs the builtin in hand, which is judged where it is spelled.
+        ("import windows\n\nwindows.exec = print\n", False),
+        ("from myapp.config import args\n\nargs.eval = True\n", False),
         # An object's own attributes of those names, and other attributes of modules: ordinary.
         ("class C:\n    def __init__(self, f):\n        self.compile = f\n", False),
         ("import windows\n\nwindows.X = 2\n", False),
         ("class C:\n    pass\n\n\no = C()\no.x = 1\ndel o.x\n", False),
+        ("class C:\n    def reset(self):\n        del self.compile\n", False),
     ],
 )
 def test_a_modules_own_exec_deleted_or_rebound_through_the_module_is_refused(added, found):
@@ -911,3 +935,19 @@ def test_a_forgery_that_deletes_the_projects_own_exec_through_the_module_is_refu
     drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
     verdict = refused(run_fix(repo, drafter, max_iterations=1))
     assert "the edit adds dynamic code" in verdict["reason"] and "windows.exec deleted" in verdict["reason"]
+
+
+_REVIEW_CASES = json.loads((Path(__file__).parent / "data" / "policy_review_cases.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(_REVIEW_CASES))
+def test_a_review_of_the_run_before_the_def_rules(name):
+    """A review's cases (2026-12-07): ways the builtin runs where the module defines its own (a
+    function run at import before the def, an unbinding below it, a class body or a `global` that
+    skips the functions around, the def taken away through the module), each verified to run its
+    payload when imported, are refused; ordinary layouts it feared the rules would refuse are not."""
+    case = _REVIEW_CASES[name]
+    found = [
+        f for f in findings(case["before"], case["after"], path=case["path"]) if f.startswith("dynamic-code")
+    ]
+    assert bool(found) is case["refused"], found

@@ -664,6 +664,10 @@ _HELD_MODULES = frozenset({"sys", "builtins", "gc", "inspect", "_pytest", "plugg
 _PLAIN_CODINGS = frozenset({"utf-8", "utf-8-sig", "ascii", "iso8859-1", "cp1252"})  # (codecs' names)
 _CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _WRITES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
+# Calls that take an attribute or a key away, or set it, by the name given.
+_TAKES_BY_NAME = frozenset(
+    {"delattr", "setattr", "__delattr__", "__setattr__", "pop", "__delitem__", "__setitem__"}
+)
 
 
 @dataclass(frozen=True)
@@ -1052,6 +1056,9 @@ def _import_maps(tree: ast.Module) -> tuple[dict[str, str], frozenset[str], dict
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.ImportFrom):  # (relative: `from . import windows`)
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{'.' * node.level}{node.module or ''}.{alias.name}"
     return modules, frozenset(dotted), imported
 
 
@@ -1093,6 +1100,51 @@ def _bound_above(scope: ast.AST, name: str, line: int) -> bool:
             break
         bound = (bound or _binds_surely(statement, name)) and not _unbinds(statement, name)
     return bound
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Names whose use where the module runs reaches its functions by something other than their names.
+_REACHES = frozenset({"globals", "vars", "locals", "getattr", "__import__", "eval", "exec", "compile"})
+
+
+def _not_a_definition(statement: ast.stmt) -> bool:
+    return not isinstance(statement, _DEFINITIONS)
+
+
+def _unbound_anywhere(tree: ast.Module, name: str) -> bool:
+    """Whether the module's own level may unbind `name` anywhere (a `del`, an `except ... as`), or a
+    function anywhere declares it `global` (and may)."""
+    if any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(tree)):
+        return True
+    return any(_unbinds(s, name) for s in tree.body)
+
+
+def _runs_early(tree: ast.Module, outer: ast.AST, line: int) -> bool:
+    """Whether the module-level function, class or lambda `outer` may run before `line` as the
+    module is imported: a lambda; decorated; or named by code the module runs above `line` (its
+    statements, and of its defs the decorators and defaults, of its classes the bodies), or by a
+    function or class so named (whose code then may run too), or that code reaches names some other
+    way (`globals()`, `getattr`...)."""
+    if isinstance(outer, ast.Lambda) or getattr(outer, "decorator_list", None):
+        return True
+    defined = {s.name: s for s in tree.body if isinstance(s, _DEFINITIONS)}
+    named: set[str] = set()
+    todo: list[tuple[ast.AST, bool]] = [(s, False) for s in tree.body if first_line(s) < line]
+    while todo:
+        node, whole = todo.pop()
+        if isinstance(node, ast.Name):
+            if node.id not in named and node.id in defined:
+                todo.append((defined[node.id], True))  # (named: all of it may run)
+            named.add(node.id)
+        if not whole and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args  # (its body runs only once called: its header now)
+            header: list[ast.AST] = [*a.defaults, *[d for d in a.kw_defaults if d is not None]]
+            if not isinstance(node, ast.Lambda):
+                header += node.decorator_list
+            todo += [(h, False) for h in header]
+            continue
+        todo += [(child, whole) for child in ast.iter_child_nodes(node)]
+    return bool(named & _REACHES) or getattr(outer, "name", None) in named
 
 
 def _binds_surely(statement: ast.stmt, name: str) -> bool:
@@ -1198,6 +1250,7 @@ class _Reach(ast.NodeVisitor):
         self.judged: set[int] = set()  # names already judged as the function a call calls
         self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
         self.whole = False  # (inside a statement read whole: nothing in it is passed over)
+        self.early = False  # (the last `_defined` said the builtin of a function above the def)
         self.visit(tree)
 
     def _rebound(self, name: str) -> bool:
@@ -1246,24 +1299,75 @@ class _Reach(ast.NodeVisitor):
                 name in names for i, (is_class, names) in enumerate(self.scopes) if i == last or not is_class
             )
         if not self._in_order():
-            local = any(
+            innermost = self.scope_nodes[-1]
+            in_class = isinstance(innermost, ast.ClassDef) and self.scopes[last][0]
+            if in_class and (name in self.scopes[last][1] or name in _stores(innermost, keep=False)):
+                # A class body runs in order, and reads a name it stores from itself, the module or
+                # the builtins (never the functions around it).
+                if _bound_above(innermost, name, getattr(node, "lineno", 0)):
+                    return True
+            elif name in self.scopes[last][1]:
+                return True  # (its own scope's def or import, or a parameter)
+            elif not self._global_there(name) and any(
                 name in names for i, (is_class, names) in enumerate(self.scopes) if i and not is_class
-            )
-            if local or name in self.scopes[last][1]:
-                return True  # (a parameter, or a def or import of a function around it, or its own)
+            ):
+                return True  # (a parameter, a def or an import of a function around it)
             if name not in self.scopes[0][1]:
                 return False
-            # (where the outermost function or class around it stands: it may first run there)
-            outer = self.scope_nodes[0]
-            line = first_line(outer) if isinstance(outer, ast.stmt) else getattr(outer, "lineno", 0)
-            return self._bound_in_order(name, [self.tree], line)
+            return self._modules_own(name)
         comprehensions = [names for is_class, names in self.scopes[1:] if not is_class]
         if any(name in names for names in comprehensions):
             return True  # (a comprehension's target)
         classes = [n for n in self.scope_nodes if isinstance(n, ast.ClassDef)]
         # (a comprehension does not see the class around it)
         scopes: list[ast.AST] = [classes[-1], self.tree] if classes and not comprehensions else [self.tree]
-        return self._bound_in_order(name, scopes, getattr(node, "lineno", 0))
+        bound = self._bound_in_order(name, scopes, getattr(node, "lineno", 0))
+        if bound and len(self.scopes) > len(classes) + 1:  # (in a comprehension: a generator runs later,
+            if self.partial:  # maybe after the module's `del eval`)
+                self.needs_whole = True
+            elif _unbound_anywhere(self.tree, name):
+                return False
+        return bound
+
+    def _early(self) -> str:
+        """What a finding of `_defined` adds where it came of a function that may run before the
+        module's own def (`_modules_own`): said apart from the builtin called where it stands, so a
+        file that had one excuses only that."""
+        early, self.early = self.early, False
+        return " (in a function that may run before the module's own def)" if early else ""
+
+    def _global_there(self, name: str) -> bool:
+        """Whether a function around the use declares `name` global (its own binding and those of
+        the functions around it do not count then)."""
+        return any(
+            isinstance(s, ast.Global) and name in s.names
+            for node in self.scope_nodes
+            if not isinstance(node, ast.ClassDef)
+            for s in _statements(node, _not_a_definition)
+        )
+
+    def _modules_own(self, name: str) -> bool:
+        """For a use in a function (or a class or a lambda) the module defines, of a name only the
+        module binds: whether it is the module's own when that code runs. Where the function stands
+        above the module's binding it may run first (`_runs_early`), and nothing at the module's
+        level may unbind it (`del eval`, an `except ... as eval`, a `global eval`). Decided on the
+        whole new text: read in part, the whole text is read again (`needs_whole`)."""
+        if self.partial:
+            self.needs_whole = True
+            return False  # (the whole text decides; where it cannot be read, the builtin)
+        if _unbound_anywhere(self.tree, name):
+            return False
+        binding = next((s for s in self.tree.body if _binds_surely(s, name)), None)
+        if binding is None:
+            return False
+        outer = self.scope_nodes[0]
+        line = first_line(outer) if isinstance(outer, ast.stmt) else getattr(outer, "lineno", 0)
+        if line > first_line(binding):
+            return True
+        if _runs_early(self.tree, outer, first_line(binding)):
+            self.early = True
+            return False
+        return True
 
     def _bound_in_order(self, name: str, scopes: Sequence[ast.AST], line: int) -> bool:
         """Whether one of `scopes` binds `name` surely above `line` (`_bound_above`)."""
@@ -1347,6 +1451,14 @@ class _Reach(ast.NodeVisitor):
         if name in _RUNS_CODE - {"compile"}:
             self._add("dynamic-code", f"{name} bound to something else", node)
 
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        """`except ... as exec` binds the name, and unbinds it once the handler ends: the module's
+        other calls of it may then call the builtin (the whole text decides)."""
+        if node.name in _RUNS_CODE | _REFLECTION:
+            self._shadowing(node.name, node)
+            self.needs_whole = self.needs_whole or self.partial
+        self.generic_visit(node)
+
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._import(node, alias.name)
@@ -1402,9 +1514,22 @@ class _Reach(ast.NodeVisitor):
         by_name = self._by_a_given_name(func)
         if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
             self.judged.add(id(func))
+        called = (
+            func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        )
+        if called in _TAKES_BY_NAME and any(
+            isinstance(a, ast.Constant) and a.value in _RUNS_CODE | _REFLECTION for a in node.args
+        ):
+            # (`delattr(mod, "exec")`, `vars(mod).pop("exec")`, `object.__delattr__(mod, "exec")`:
+            # a module's own `def exec` taken away or replaced by name, whatever holds the module)
+            self._add(
+                "dynamic-code",
+                f"{called} of {next(a.value for a in node.args if isinstance(a, ast.Constant) and a.value in _RUNS_CODE | _REFLECTION)!r}",
+                node,
+            )
         if isinstance(func, ast.Name):
             if func.id in _RUNS_CODE and not self._defined(func.id, node):
-                self._add("dynamic-code", func.id, node)
+                self._add("dynamic-code", func.id + self._early(), node)
                 self.judged.add(id(func))
             elif func.id in _REFLECTION:
                 self._reflection(node, func.id)
@@ -1449,7 +1574,7 @@ class _Reach(ast.NodeVisitor):
         if not isinstance(node.ctx, ast.Load) or id(node) in self.judged:
             return
         if node.id in _RUNS_CODE | _REFLECTION and not self._defined(node.id, node):
-            self._add("dynamic-code", f"{node.id} (as a value)", node)
+            self._add("dynamic-code", f"{node.id} (as a value){self._early()}", node)
         qualified = self.imported.get(node.id)
         if qualified and _dynamic(qualified):
             self._add("dynamic-code", qualified, node)
@@ -1496,23 +1621,47 @@ class _Reach(ast.NodeVisitor):
         if node.attr in _WRITES and _is_globals(node.value, self._in_order()):
             self._add("dynamic-code", f"globals().{node.attr}", node)
             self.judged.add(id(node.value))
-        if node.attr in _RUNS_CODE | _REFLECTION and not isinstance(node.ctx, ast.Load):
-            # `del mod.exec` (the module itself imported, or another): its functions' calls of its own
-            # `def exec` then call the builtin; `mod.exec = ...` rebinds them (an object's own is not)
-            deleted = isinstance(node.ctx, ast.Del)
-            if (
-                deleted
-                or module is not None
-                or (isinstance(node.value, ast.Name) and node.value.id in self.imported)
-            ):
-                self._add(
-                    "dynamic-code",
-                    f"{_dotted(node) or node.attr} {'deleted' if deleted else 'rebound'}",
-                    node,
-                )
+        if (
+            node.attr in _RUNS_CODE | _REFLECTION
+            and isinstance(node.ctx, ast.Del)
+            and self._imported(node.value)
+        ):
+            # `del mod.exec` (the module imported by itself, or another): the module's calls of its
+            # own `def exec` then call the builtin
+            self._add("dynamic-code", f"{_dotted(node) or node.attr} deleted", node)
+        if node.attr in _WRITES and self._namespace_of_import(node.value):
+            held = (
+                _dotted(node.value)
+                or f"vars({_dotted(node.value.args[0]) if isinstance(node.value, ast.Call) else ''})"
+            )
+            self._add("dynamic-code", f"{held}.{node.attr}", node)
         self.generic_visit(node)
 
+    def _imported(self, node: ast.expr) -> bool:
+        """Whether `node` is a name an import binds (a module, or what a `from` import gives)."""
+        return isinstance(node, ast.Name) and (node.id in self.modules or node.id in self.imported)
+
+    def _namespace_of_import(self, node: ast.expr) -> bool:
+        """`mod.__dict__` or `vars(mod)`, `mod` a name an import binds."""
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return self._imported(node.value)
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "vars"
+            and len(node.args) == 1
+            and self._imported(node.args[0])
+        )
+
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        key = node.slice
+        if (
+            isinstance(node.ctx, ast.Del)
+            and isinstance(key, ast.Constant)
+            and key.value in _RUNS_CODE | _REFLECTION
+            and not _is_globals(node.value, self._in_order())
+        ):
+            self._add("dynamic-code", f"[{key.value!r}] deleted", node)  # (`del ns["exec"]`)
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value, self._in_order()):
             self._add("dynamic-code", "globals()[...] written", node)
             self.judged.add(id(node.value))
