@@ -664,10 +664,8 @@ _HELD_MODULES = frozenset({"sys", "builtins", "gc", "inspect", "_pytest", "plugg
 _PLAIN_CODINGS = frozenset({"utf-8", "utf-8-sig", "ascii", "iso8859-1", "cp1252"})  # (codecs' names)
 _CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _WRITES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
-# Calls that take an attribute or a key away, or set it, by the name given.
-_TAKES_BY_NAME = frozenset(
-    {"delattr", "setattr", "__delattr__", "__setattr__", "pop", "__delitem__", "__setitem__"}
-)
+# What takes a namespace's names away (rebinding one needs the builtin in hand, judged where spelled).
+_DELETES = frozenset({"pop", "popitem", "clear", "__delitem__"})
 
 
 @dataclass(frozen=True)
@@ -1103,8 +1101,6 @@ def _bound_above(scope: ast.AST, name: str, line: int) -> bool:
 
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-# Names whose use where the module runs reaches its functions by something other than their names.
-_REACHES = frozenset({"globals", "vars", "locals", "getattr", "__import__", "eval", "exec", "compile"})
 
 
 def _not_a_definition(statement: ast.stmt) -> bool:
@@ -1119,32 +1115,30 @@ def _unbound_anywhere(tree: ast.Module, name: str) -> bool:
     return any(_unbinds(s, name) for s in tree.body)
 
 
-def _runs_early(tree: ast.Module, outer: ast.AST, line: int) -> bool:
-    """Whether the module-level function, class or lambda `outer` may run before `line` as the
-    module is imported: a lambda; decorated; or named by code the module runs above `line` (its
-    statements, and of its defs the decorators and defaults, of its classes the bodies), or by a
-    function or class so named (whose code then may run too), or that code reaches names some other
-    way (`globals()`, `getattr`...)."""
-    if isinstance(outer, ast.Lambda) or getattr(outer, "decorator_list", None):
-        return True
-    defined = {s.name: s for s in tree.body if isinstance(s, _DEFINITIONS)}
-    named: set[str] = set()
-    todo: list[tuple[ast.AST, bool]] = [(s, False) for s in tree.body if first_line(s) < line]
-    while todo:
-        node, whole = todo.pop()
-        if isinstance(node, ast.Name):
-            if node.id not in named and node.id in defined:
-                todo.append((defined[node.id], True))  # (named: all of it may run)
-            named.add(node.id)
-        if not whole and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            a = node.args  # (its body runs only once called: its header now)
-            header: list[ast.AST] = [*a.defaults, *[d for d in a.kw_defaults if d is not None]]
-            if not isinstance(node, ast.Lambda):
-                header += node.decorator_list
-            todo += [(h, False) for h in header]
-            continue
-        todo += [(child, whole) for child in ast.iter_child_nodes(node)]
-    return bool(named & _REACHES) or getattr(outer, "name", None) in named
+def _a_namespace(node: ast.expr) -> bool:
+    """`x.__dict__` or `vars(x)`: an object's (a module's) namespace, whatever `x` is."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "__dict__"
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"
+
+
+def _taken_by_name(call: ast.Call) -> str | None:
+    """The name of exec, eval, compile, __import__ or a reflection builtin that `call` deletes from
+    whatever it holds by that literal name (`delattr(x, "exec")`, `x.__delattr__("exec")`,
+    `object.__delattr__(x, "exec")`, `vars(x).pop("exec")`, `x.__dict__.__delitem__("exec")`)."""
+    func, args = call.func, call.args
+    if isinstance(func, ast.Name) and func.id == "delattr":
+        named = args[1:2]
+    elif isinstance(func, ast.Attribute) and func.attr == "__delattr__":
+        named = args[:2]
+    elif isinstance(func, ast.Attribute) and func.attr in ("pop", "__delitem__") and _a_namespace(func.value):
+        named = args[:1]
+    else:
+        return None
+    for arg in named:
+        if isinstance(arg, ast.Constant) and arg.value in _RUNS_CODE | _REFLECTION:
+            return str(arg.value)
+    return None
 
 
 def _binds_surely(statement: ast.stmt, name: str) -> bool:
@@ -1251,6 +1245,7 @@ class _Reach(ast.NodeVisitor):
         self.scope_nodes: list[ast.AST] = []  # the functions and classes around what is visited
         self.whole = False  # (inside a statement read whole: nothing in it is passed over)
         self.early = False  # (the last `_defined` said the builtin of a function above the def)
+        self._uses_cache: dict[str, frozenset[str]] | None = None
         self.visit(tree)
 
     def _rebound(self, name: str) -> bool:
@@ -1329,6 +1324,43 @@ class _Reach(ast.NodeVisitor):
                 return False
         return bound
 
+    def _runs_before_def(self, node: ast.Name, own: frozenset[str]) -> None:
+        """Code the module runs as it is imported, above (or on) its own `def exec`, naming one of
+        its functions or classes whose code, or the code of those it names, uses `exec`: that call
+        may run the builtin (the whole new text decides)."""
+        if self.partial:
+            self.needs_whole = True
+            return
+        uses = self._uses()
+        for name in sorted(own):
+            binding = next((s for s in self.tree.body if _binds_surely(s, name)), None)
+            if binding is not None and node.lineno > (binding.end_lineno or binding.lineno):
+                continue
+            if name in uses.get(node.id, ()):
+                self._add("dynamic-code", f"{name} (in {node.id}, run before the module's own def)", node)
+
+    def _uses(self) -> dict[str, frozenset[str]]:
+        """For each of the module's functions and classes (at its level, in any block), the names
+        its code uses, and the code of those of them it names, and so on (once per reading)."""
+        if self._uses_cache is None:
+            defined = {
+                s.name: s for s in _statements(self.tree, _not_a_definition) if isinstance(s, _DEFINITIONS)
+            }
+            direct = {
+                name: frozenset(n.id for n in ast.walk(s) if isinstance(n, ast.Name))
+                for name, s in defined.items()
+            }
+            uses = dict(direct)
+            changed = True
+            while changed:
+                changed = False
+                for name in uses:
+                    more = uses[name].union(*(uses[g] for g in uses[name] if g in uses and g != name))
+                    if more != uses[name]:
+                        uses[name], changed = more, True
+            self._uses_cache = uses
+        return self._uses_cache
+
     def _early(self) -> str:
         """What a finding of `_defined` adds where it came of a function that may run before the
         module's own def (`_modules_own`): said apart from the builtin called where it stands, so a
@@ -1348,10 +1380,14 @@ class _Reach(ast.NodeVisitor):
 
     def _modules_own(self, name: str) -> bool:
         """For a use in a function (or a class or a lambda) the module defines, of a name only the
-        module binds: whether it is the module's own when that code runs. Where the function stands
-        above the module's binding it may run first (`_runs_early`), and nothing at the module's
-        level may unbind it (`del eval`, an `except ... as eval`, a `global eval`). Decided on the
-        whole new text: read in part, the whole text is read again (`needs_whole`)."""
+        module binds: whether it is the module's own when that code runs. Only where the function
+        stands below the module's binding: above it, it may run first (called, decorated, a class
+        body calling its method, a lambda called where it stands, reached through the module or by
+        another module imported above the def: none of it decidable here), and its finding is said
+        apart from a call of the builtin where it stands (`_early`), so a file that had one excuses
+        only that kind. And nothing at the module's level may unbind it (`del eval`, an `except ...
+        as eval`, a `global eval`). Decided on the whole new text: read in part, the whole text is
+        read again (`needs_whole`)."""
         if self.partial:
             self.needs_whole = True
             return False  # (the whole text decides; where it cannot be read, the builtin)
@@ -1362,12 +1398,11 @@ class _Reach(ast.NodeVisitor):
             return False
         outer = self.scope_nodes[0]
         line = first_line(outer) if isinstance(outer, ast.stmt) else getattr(outer, "lineno", 0)
-        if line > first_line(binding):
+        if line > (binding.end_lineno or binding.lineno):
             return True
-        if _runs_early(self.tree, outer, first_line(binding)):
-            self.early = True
-            return False
-        return True
+        # (a lambda where the module runs is likely called there: the builtin, said as such)
+        self.early = not isinstance(outer, ast.Lambda)
+        return False
 
     def _bound_in_order(self, name: str, scopes: Sequence[ast.AST], line: int) -> bool:
         """Whether one of `scopes` binds `name` surely above `line` (`_bound_above`)."""
@@ -1469,6 +1504,12 @@ class _Reach(ast.NodeVisitor):
         if node.level or not node.module:
             return
         self._import(node, node.module)
+        if node.module == "builtins":
+            for alias in node.names:
+                if alias.name == "*" or alias.name in _RUNS_CODE | _REFLECTION:
+                    # (the builtin itself, under its own name: the module's calls of its own
+                    # `def exec` below it call this one)
+                    self._add("dynamic-code", f"from builtins import {alias.name}", node)
         for alias in node.names:
             self._shadowing(alias.asname or alias.name, node)
             qualified = f"{node.module}.{alias.name}"
@@ -1514,19 +1555,10 @@ class _Reach(ast.NodeVisitor):
         by_name = self._by_a_given_name(func)
         if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
             self.judged.add(id(func))
-        called = (
-            func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        )
-        if called in _TAKES_BY_NAME and any(
-            isinstance(a, ast.Constant) and a.value in _RUNS_CODE | _REFLECTION for a in node.args
-        ):
+        if (taken := _taken_by_name(node)) is not None:
             # (`delattr(mod, "exec")`, `vars(mod).pop("exec")`, `object.__delattr__(mod, "exec")`:
-            # a module's own `def exec` taken away or replaced by name, whatever holds the module)
-            self._add(
-                "dynamic-code",
-                f"{called} of {next(a.value for a in node.args if isinstance(a, ast.Constant) and a.value in _RUNS_CODE | _REFLECTION)!r}",
-                node,
-            )
+            # a module's own `def exec` taken away by name, whatever holds the module)
+            self._add("dynamic-code", f"{taken!r} deleted by name", node)
         if isinstance(func, ast.Name):
             if func.id in _RUNS_CODE and not self._defined(func.id, node):
                 self._add("dynamic-code", func.id + self._early(), node)
@@ -1571,7 +1603,12 @@ class _Reach(ast.NodeVisitor):
                 self._add("dynamic-code", f"getattr({module}, {attr.value!r})", node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if not isinstance(node.ctx, ast.Load) or id(node) in self.judged:
+        if not isinstance(node.ctx, ast.Load):
+            return
+        own = self.scopes[0][1] & _RUNS_CODE  # (the module's own exec, eval, compile, __import__)
+        if own and node.id in self.scopes[0][1] and node.id not in own and self._in_order():
+            self._runs_before_def(node, own)
+        if id(node) in self.judged:
             return
         if node.id in _RUNS_CODE | _REFLECTION and not self._defined(node.id, node):
             self._add("dynamic-code", f"{node.id} (as a value){self._early()}", node)
@@ -1621,15 +1658,11 @@ class _Reach(ast.NodeVisitor):
         if node.attr in _WRITES and _is_globals(node.value, self._in_order()):
             self._add("dynamic-code", f"globals().{node.attr}", node)
             self.judged.add(id(node.value))
-        if (
-            node.attr in _RUNS_CODE | _REFLECTION
-            and isinstance(node.ctx, ast.Del)
-            and self._imported(node.value)
-        ):
-            # `del mod.exec` (the module imported by itself, or another): the module's calls of its
-            # own `def exec` then call the builtin
+        if node.attr in _RUNS_CODE | _REFLECTION and isinstance(node.ctx, ast.Del):
+            # `del mod.exec` (the module imported by itself, another, or an alias of either: so any
+            # object's, which no fix needs): the module's calls of its own `def exec` call the builtin
             self._add("dynamic-code", f"{_dotted(node) or node.attr} deleted", node)
-        if node.attr in _WRITES and self._namespace_of_import(node.value):
+        if node.attr in _DELETES and self._namespace_of_import(node.value):
             held = (
                 _dotted(node.value)
                 or f"vars({_dotted(node.value.args[0]) if isinstance(node.value, ast.Call) else ''})"
@@ -1659,9 +1692,9 @@ class _Reach(ast.NodeVisitor):
             isinstance(node.ctx, ast.Del)
             and isinstance(key, ast.Constant)
             and key.value in _RUNS_CODE | _REFLECTION
-            and not _is_globals(node.value, self._in_order())
+            and _a_namespace(node.value)
         ):
-            self._add("dynamic-code", f"[{key.value!r}] deleted", node)  # (`del ns["exec"]`)
+            self._add("dynamic-code", f"{key.value!r} deleted by name", node)  # (`del mod.__dict__["exec"]`)
         if not isinstance(node.ctx, ast.Load) and _is_globals(node.value, self._in_order()):
             self._add("dynamic-code", "globals()[...] written", node)
             self.judged.add(id(node.value))
