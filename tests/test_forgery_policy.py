@@ -954,3 +954,37 @@ def test_a_review_of_the_run_before_the_def_rules(name):
         f for f in findings(case["before"], case["after"], path=case["path"]) if f.startswith("dynamic-code")
     ]
     assert bool(found) is case["refused"], found
+
+
+_OWN = "def exec(c):\n    return c\n\n\ndef run(s):\n    return exec(s)\n\n\nX = 1\n"
+_EARLY = "def helper(s):\n    return exec(s)\n\n\nX = 1\n\n\ndef exec(c):\n    return c\n"
+_FALLBACK = "try:\n    from regex import compile\nexcept ImportError:\n    compile = None\n\n\ndef f(p):\n    return p\n"
+_ANNOTATED = (
+    "from __future__ import annotations\n\n\ndef compile(p: str) -> Pattern:\n    return Pattern(p)\n\n\n"
+    "class Pattern:\n    def __init__(self, p):\n        self.p = p\n\n    def again(self):\n        return 1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "found"),
+    [
+        # A third review's (2026-12-07): where the module runs, `locals()` is its namespace, held too
+        (_OWN, _OWN.replace("X = 1\n", "_d = locals()\n_d.pop('exec')\n"), True),
+        # a name as Python reads it (NFKC): a full-width letter is the letter
+        (_OWN, _OWN.replace("X = 1\n", "X = __\uff42uiltins__['ex' + 'ec']\n"), True),
+        # a module's name deleted by a computed name
+        (_OWN, _OWN.replace("X = 1\n", "from pkg import windows as _w\ndelattr(_w, 'ex' + 'ec')\n"), True),
+        (_OWN, _OWN.replace("X = 1\n", "import pkg.windows as _w\n_w.__delattr__('ex' + 'ec')\n"), True),
+        # a lambda called where it stands, calling a function that uses the builtin before the def
+        (_EARLY, _EARLY.replace("X = 1\n", "X = (lambda: helper('1'))()\n"), True),
+        # an import with a constant fallback binds the name on every way; an annotation runs nothing
+        (_FALLBACK, _FALLBACK.replace("    return p\n", "    return compile(p)\n"), False),
+        (_ANNOTATED, _ANNOTATED.replace("        return 1\n", "        return compile(self.p)\n"), False),
+        ("X = 1\n", "X = 1\nS = '{X}'.format(**locals())\n", False),
+    ],
+)
+def test_a_third_review_of_the_modules_own_def(before, after, found):
+    findings_now = [
+        f for f in findings(before, after, path="pkg/windows.py") if f.startswith(("dynamic-code", "harness"))
+    ]
+    assert bool(findings_now) is found, findings_now

@@ -953,6 +953,8 @@ def _harness_words(text: str) -> frozenset[tuple[str, str]]:
 
 def _keys(lines: Sequence[str], rules: Sequence[tuple[str, re.Pattern[str]]]) -> Iterator[tuple[str, str]]:
     for line in lines:
+        if not line.isascii():  # (as Python reads a name: a full-width letter is the letter)
+            line = unicodedata.normalize("NFKC", line)
         for rule, pattern in rules:
             for match in pattern.finditer(line):
                 yield (
@@ -1152,12 +1154,24 @@ def _binds_surely(statement: ast.stmt, name: str) -> bool:
     if isinstance(statement, ast.If):
         return any_binds(statement.body) and any_binds(statement.orelse)
     if isinstance(statement, ast.Try):
+        # (a handler that raises, or sets the name to a constant: `except ImportError: compile = None`)
         handled = all(
-            any_binds(h.body) or bool(h.body and isinstance(h.body[-1], ast.Raise))
+            any_binds(h.body)
+            or bool(h.body and isinstance(h.body[-1], ast.Raise))
+            or any(_sets_constant(s, name) for s in h.body)
             for h in statement.handlers
         )
         return (any_binds(statement.body) and handled) or any_binds(statement.finalbody)
     return False
+
+
+def _sets_constant(statement: ast.stmt, name: str) -> bool:
+    """`name = None` (a constant: never the builtin)."""
+    return (
+        isinstance(statement, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in statement.targets)
+        and isinstance(statement.value, ast.Constant)
+    )
 
 
 def _unbinds(statement: ast.stmt, name: str) -> bool:
@@ -1246,6 +1260,7 @@ class _Reach(ast.NodeVisitor):
         self.whole = False  # (inside a statement read whole: nothing in it is passed over)
         self.early = False  # (the last `_defined` said the builtin of a function above the def)
         self._uses_cache: dict[str, frozenset[str]] | None = None
+        self.annotating = False  # (in an annotation: what it names is not run)
         self.visit(tree)
 
     def _rebound(self, name: str) -> bool:
@@ -1444,14 +1459,31 @@ class _Reach(ast.NodeVisitor):
         a = node.args
         outer: list[ast.AST | None] = [*a.defaults, *a.kw_defaults]
         if not isinstance(node, ast.Lambda):
-            outer += [*node.decorator_list, node.returns]
-            outer += [x.annotation for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x]
+            outer += node.decorator_list
+            args = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+            self._annotations([node.returns, *(x.annotation for x in args if x)])
         inner = node.body if isinstance(node.body, list) else [node.body]
         if not isinstance(node, ast.Lambda):
             self._shadowing(node.name, node)
         self._scope(node, outer, inner, is_class=False)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def _annotations(self, annotations: Sequence[ast.AST | None]) -> None:
+        """Read as any code, but what they name is not run for that (`_runs_before_def`)."""
+        self.annotating = True
+        try:
+            for annotation in annotations:
+                if annotation is not None:
+                    self.visit(annotation)
+        finally:
+            self.annotating = False
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.visit(node.target)
+        self._annotations([node.annotation])
+        if node.value is not None:
+            self.visit(node.value)
 
     def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp) -> None:
         """A comprehension is a scope of its own: a class's names are not seen from it (`[eval(s)
@@ -1533,9 +1565,14 @@ class _Reach(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        # (`f(**locals())` where the module runs: every name read, none written)
+        for value in [k.value for k in node.keywords if k.arg is None]:
+            name = value.func.id if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) else ""
+            if name in ("locals", "vars") and isinstance(value, ast.Call) and not value.args:
+                self.judged.add(id(value))
         if (
             isinstance(func, ast.Name)
-            and func.id != "locals"
+            and (func.id != "locals" or self._in_order())  # (where the module runs, its globals())
             and _is_namespace(node)
             and id(node) not in self.judged
         ):
@@ -1555,6 +1592,15 @@ class _Reach(ast.NodeVisitor):
         by_name = self._by_a_given_name(func)
         if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
             self.judged.add(id(func))
+        if (
+            isinstance(func, ast.Name)
+            and func.id == "delattr"
+            and len(node.args) >= 2
+            and self._imported(node.args[0])
+        ) or (isinstance(func, ast.Attribute) and func.attr == "__delattr__" and self._imported(func.value)):
+            named = node.args[1:2] if isinstance(func, ast.Name) else node.args[:1]
+            if not (named and isinstance(named[0], ast.Constant) and isinstance(named[0].value, str)):
+                self._add("dynamic-code", "a module's name deleted by a computed name", node)
         if (taken := _taken_by_name(node)) is not None:
             # (`delattr(mod, "exec")`, `vars(mod).pop("exec")`, `object.__delattr__(mod, "exec")`:
             # a module's own `def exec` taken away by name, whatever holds the module)
@@ -1606,7 +1652,9 @@ class _Reach(ast.NodeVisitor):
         if not isinstance(node.ctx, ast.Load):
             return
         own = self.scopes[0][1] & _RUNS_CODE  # (the module's own exec, eval, compile, __import__)
-        if own and node.id in self.scopes[0][1] and node.id not in own and self._in_order():
+        # (where the module runs, a lambda's body too: likely called where it stands)
+        runs_here = all(isinstance(n, (ast.ClassDef, ast.Lambda)) for n in self.scope_nodes)
+        if own and node.id in self.scopes[0][1] and node.id not in own and not self.annotating and runs_here:
             self._runs_before_def(node, own)
         if id(node) in self.judged:
             return
