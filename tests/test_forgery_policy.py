@@ -978,6 +978,14 @@ _ANNOTATED = (
         # a lambda called where it stands, calling a function that uses the builtin before the def
         (_EARLY, _EARLY.replace("X = 1\n", "X = (lambda: helper('1'))()\n"), True),
         # an import with a constant fallback binds the name on every way; an annotation runs nothing
+        # a builtin function's attribute by a computed name (`print.__self__` is the builtins module)
+        (_OWN, _OWN.replace("X = 1\n", "X = getattr(print, '__SELF__'.lower()).eval('1')\n"), True),
+        ("def f(o, n):\n    return o\n", "def f(o, n):\n    return getattr(o, n)\n", False),
+        (
+            "def f(o, n):\n    return o\n",
+            "def f(o, n):\n    print = o\n    return getattr(print, n)\n",
+            False,
+        ),
         (_FALLBACK, _FALLBACK.replace("    return p\n", "    return compile(p)\n"), False),
         (_ANNOTATED, _ANNOTATED.replace("        return 1\n", "        return compile(self.p)\n"), False),
         ("X = 1\n", "X = 1\nS = '{X}'.format(**locals())\n", False),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import builtins
 import codecs
 import configparser
 import doctest
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import tomllib
+import types
 import unicodedata
 import warnings
 from collections import Counter
@@ -1117,6 +1119,11 @@ def _unbound_anywhere(tree: ast.Module, name: str) -> bool:
     return any(_unbinds(s, name) for s in tree.body)
 
 
+def _builtin_function(name: str) -> bool:
+    """A builtin function's name (`print`, `len`: its `__self__` is the builtins module)."""
+    return isinstance(getattr(builtins, name, None), types.BuiltinFunctionType)
+
+
 def _a_namespace(node: ast.expr) -> bool:
     """`x.__dict__` or `vars(x)`: an object's (a module's) namespace, whatever `x` is."""
     if isinstance(node, ast.Attribute):
@@ -1631,7 +1638,19 @@ class _Reach(ast.NodeVisitor):
 
     def _reflection(self, node: ast.Call, name: str) -> None:
         """getattr, setattr or delattr on a module: by a computed name, or setting one at all, is
-        dynamic code; getattr by a literal name is judged as the attribute written out would be."""
+        dynamic code; getattr by a literal name is judged as the attribute written out would be. On a
+        builtin function by a computed name too (`getattr(print, "__SELF__".lower())` is the
+        builtins module)."""
+        target = node.args[0] if node.args else None
+        if (
+            isinstance(target, ast.Name)
+            and _builtin_function(target.id)
+            and not self._defined(target.id)
+            and not self._rebound(target.id)
+        ):
+            named = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(named, ast.Constant) and isinstance(named.value, str)):
+                self._add("dynamic-code", f"{name}({target.id}, <a computed name>)", node)
         module = self._module(node.args[0]) if node.args else None
         if module is None:
             return
