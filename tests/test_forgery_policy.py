@@ -996,3 +996,27 @@ def test_a_third_review_of_the_modules_own_def(before, after, found):
         f for f in findings(before, after, path="pkg/windows.py") if f.startswith(("dynamic-code", "harness"))
     ]
     assert bool(findings_now) is found, findings_now
+
+
+@pytest.mark.parametrize(
+    ("added", "found"),
+    [
+        # A fourth review's (2026-12-07): strings run as code by the standard library, and a builtin
+        # function's attributes by a computed name through `__getattribute__`.
+        ("b = print.__getattribute__('__fles__'[::-1])\nb.exec('1')\n", True),
+        ("from pydoc import locate\n\nlocate('builtins.exec')('1')\n", True),
+        ("import os\n\nos.environ['PYTHONBREAKPOINT'] = 'builtins.exec'\nbreakpoint('1')\n", True),
+        ("code = __loader__.source_to_code('1', 'x')\n", True),
+        ("import timeit\n\ntimeit.timeit('1', number=1)\n", True),
+        ("import cProfile\n\ncProfile.run('1')\n", True),
+        ("import doctest\n\ndoctest.run_docstring_examples('>>> 1', {})\n", True),
+        # Ordinary: an attribute by a literal name, a proxy's own lookup, a clock, a debugger import.
+        ("x = (1).__getattribute__('real')\n", False),
+        ("class P:\n    def __getattribute__(self, n):\n        return super().__getattribute__(n)\n", False),
+        ("import timeit\n\nT = timeit.default_timer()\n", False),
+        ("import pdb\n", False),
+    ],
+)
+def test_a_fourth_review_strings_run_as_code(added, found):
+    findings_now = [f for f in findings(None, added, path="pkg/tool.py") if f.startswith("dynamic-code")]
+    assert bool(findings_now) is found, findings_now

@@ -637,6 +637,12 @@ _DYNAMIC_NAMES = frozenset(
     | {"importlib.metadata.entry_points"}  # (what loads plugins by name)
     | _BY_NAME
     | {"object.__getattribute__", "type.__getattribute__"}
+    # Strings run or imported by name: `pydoc.locate("builtins.exec")`, an annotation evaluated,
+    # a docstring's examples run.
+    | {"pydoc.locate", "pydoc.importfile", "timeit.timeit", "timeit.repeat", "timeit.Timer"}
+    | {"cProfile.run", "cProfile.runctx", "profile.run", "profile.runctx", "pdb.run", "pdb.runeval"}
+    | {"pdb.runctx", "doctest.run_docstring_examples", "doctest.testmod", "doctest.testfile"}
+    | {"doctest.debug_src"}
 )
 # Parts of those modules that read a distribution's data, no code: toolz's `version("toolz")`.
 _READS_DATA = ("importlib.metadata", "importlib.resources")
@@ -1608,6 +1614,22 @@ class _Reach(ast.NodeVisitor):
             named = node.args[1:2] if isinstance(func, ast.Name) else node.args[:1]
             if not (named and isinstance(named[0], ast.Constant) and isinstance(named[0].value, str)):
                 self._add("dynamic-code", "a module's name deleted by a computed name", node)
+        if isinstance(func, ast.Attribute) and func.attr == "__getattribute__" and node.args:
+            # (`print.__getattribute__("__fles__"[::-1])`: as `getattr`, on a builtin function or a
+            # module by a computed name; a frame's way by name on anything)
+            attribute, held = node.args[-1], func.value
+            reaches = self._imported(held) or (
+                isinstance(held, ast.Name) and _builtin_function(held.id) and not self._defined(held.id)
+            )
+            if reaches and not (isinstance(attribute, ast.Constant) and isinstance(attribute.value, str)):
+                self._add("dynamic-code", "__getattribute__ by a computed name", node)
+            elif isinstance(attribute, ast.Constant) and attribute.value in _FRAME_ATTRS:
+                self._add("dynamic-code", f"__getattribute__({attribute.value!r})", node)
+        if isinstance(func, ast.Attribute) and func.attr == "source_to_code":
+            self._add("dynamic-code", "source_to_code", node)  # (a string compiled: `__loader__`'s)
+        if isinstance(func, ast.Name) and func.id == "breakpoint" and (node.args or node.keywords):
+            # (`PYTHONBREAKPOINT=builtins.exec`: its arguments go to whatever the hook names)
+            self._add("dynamic-code", "breakpoint with arguments", node)
         if (taken := _taken_by_name(node)) is not None:
             # (`delattr(mod, "exec")`, `vars(mod).pop("exec")`, `object.__delattr__(mod, "exec")`:
             # a module's own `def exec` taken away by name, whatever holds the module)
