@@ -1576,35 +1576,10 @@ class _Reach(ast.NodeVisitor):
         elif _dynamic(module):
             self._add("dynamic-code", f"import {module}", node)
 
-    def visit_Call(self, node: ast.Call) -> None:
+    def _by_computed_names(self, node: ast.Call) -> None:
+        """A module's (or a builtin function's) names deleted or looked up by a computed name, or a
+        string the standard library runs as code (`breakpoint` with arguments, `source_to_code`)."""
         func = node.func
-        # (`f(**locals())` where the module runs: every name read, none written)
-        for value in [k.value for k in node.keywords if k.arg is None]:
-            name = value.func.id if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) else ""
-            if name in ("locals", "vars") and isinstance(value, ast.Call) and not value.args:
-                self.judged.add(id(value))
-        if (
-            isinstance(func, ast.Name)
-            and (func.id != "locals" or self._in_order())  # (where the module runs, its globals())
-            and _is_namespace(node)
-            and id(node) not in self.judged
-        ):
-            # (`globals().get(n)`, `g = globals()`: every name, reached by one the source need not spell)
-            self._add("dynamic-code", f"{func.id}() as a value", node)
-        if isinstance(func, ast.Attribute) and func.attr == "join" and (text := _folded(node)) is not None:
-            self._spelled(text, node)
-        if (
-            isinstance(func, ast.Attribute) and func.attr in _READS_TRACEBACKS
-        ):  # `.with_traceback(e.__traceback__)`
-            for arg in node.args:
-                if isinstance(arg, ast.Attribute) and arg.attr == "__traceback__":
-                    self.judged.add(id(arg))
-        for keyword in node.keywords:  # `code.replace(co_filename=...)`
-            if keyword.arg in _FRAME_ATTRS:
-                self._add("dynamic-code", keyword.arg, node)
-        by_name = self._by_a_given_name(func)
-        if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
-            self.judged.add(id(func))
         if (
             isinstance(func, ast.Name)
             and func.id == "delattr"
@@ -1634,6 +1609,37 @@ class _Reach(ast.NodeVisitor):
             # (`delattr(mod, "exec")`, `vars(mod).pop("exec")`, `object.__delattr__(mod, "exec")`:
             # a module's own `def exec` taken away by name, whatever holds the module)
             self._add("dynamic-code", f"{taken!r} deleted by name", node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        # (`f(**locals())` where the module runs: every name read, none written)
+        for value in [k.value for k in node.keywords if k.arg is None]:
+            name = value.func.id if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) else ""
+            if name in ("locals", "vars") and isinstance(value, ast.Call) and not value.args:
+                self.judged.add(id(value))
+        if (
+            isinstance(func, ast.Name)
+            and (func.id != "locals" or self._in_order())  # (where the module runs, its globals())
+            and _is_namespace(node)
+            and id(node) not in self.judged
+        ):
+            # (`globals().get(n)`, `g = globals()`: every name, reached by one the source need not spell)
+            self._add("dynamic-code", f"{func.id}() as a value", node)
+        if isinstance(func, ast.Attribute) and func.attr == "join" and (text := _folded(node)) is not None:
+            self._spelled(text, node)
+        if (
+            isinstance(func, ast.Attribute) and func.attr in _READS_TRACEBACKS
+        ):  # `.with_traceback(e.__traceback__)`
+            for arg in node.args:
+                if isinstance(arg, ast.Attribute) and arg.attr == "__traceback__":
+                    self.judged.add(id(arg))
+        for keyword in node.keywords:  # `code.replace(co_filename=...)`
+            if keyword.arg in _FRAME_ATTRS:
+                self._add("dynamic-code", keyword.arg, node)
+        by_name = self._by_a_given_name(func)
+        if by_name and _plain_names(node, every=by_name.endswith("attrgetter")):  # attrgetter("x")
+            self.judged.add(id(func))
+        self._by_computed_names(node)
         if isinstance(func, ast.Name):
             if func.id in _RUNS_CODE and not self._defined(func.id, node):
                 self._add("dynamic-code", func.id + self._early(), node)
