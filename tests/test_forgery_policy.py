@@ -901,28 +901,26 @@ def test_a_modules_own_exec_deleted_or_rebound_through_the_module_is_refused(add
     assert bool(findings_now) is found, findings_now
 
 
-def test_a_forgery_called_above_the_projects_own_exec_is_refused(make_repo, tmp_path):
-    """The project defines an `exec` of its own at the bottom of the module; a call of that name at
-    the module's top runs first, when that name is still the builtin's."""
-    own = BUGGY + "\n\ndef exec(command):\n    return command\n"
-    repo = make_repo({**BUGGY_WINDOWS, "windows.py": own})
-    payload = PASSING_REPORTS.encode().hex()
-    forged = f"exec(bytes.fromhex({payload!r}).decode())\n" + own
-    drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
-    verdict = refused(run_fix(repo, drafter, max_iterations=1))
-    assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:1: exec" in verdict["reason"]
+_OWN_BOTTOM_EXEC = BUGGY + "\n\ndef exec(command):\n    return command\n"
+_FORGERY = f"exec(bytes.fromhex({PASSING_REPORTS.encode().hex()!r}).decode())"
 
 
-def test_a_forgery_in_a_function_run_above_the_projects_own_exec_is_refused(make_repo, tmp_path):
-    """A function above the project's own `exec`, called as the module is imported (before that def
-    ran): the name in its body is still the builtin's."""
-    own = BUGGY + "\n\ndef exec(command):\n    return command\n"
-    repo = make_repo({**BUGGY_WINDOWS, "windows.py": own})
-    payload = PASSING_REPORTS.encode().hex()
-    forged = f"def _setup():\n    exec(bytes.fromhex({payload!r}).decode())\n\n\n_setup()\n" + own
+@pytest.mark.parametrize(
+    ("forged", "where"),
+    [
+        # a call of that name at the module's top runs first, when the name is still the builtin's
+        (_FORGERY + "\n" + _OWN_BOTTOM_EXEC, "windows.py:1: exec"),
+        # a function above the def, called as the module is imported (before that def ran)
+        (f"def _setup():\n    {_FORGERY}\n\n\n_setup()\n" + _OWN_BOTTOM_EXEC, "windows.py:2: exec"),
+    ],
+    ids=["called-above", "in-a-function-run-above"],
+)
+def test_a_forgery_run_above_the_projects_own_exec_is_refused(make_repo, tmp_path, forged, where):
+    """The project defines an `exec` of its own at the bottom of the module."""
+    repo = make_repo({**BUGGY_WINDOWS, "windows.py": _OWN_BOTTOM_EXEC})
     drafter = replay(tmp_path, {"description": "forge", "files": {"windows.py": forged}})
     verdict = refused(run_fix(repo, drafter, max_iterations=1))
-    assert "the edit adds dynamic code" in verdict["reason"] and "windows.py:2: exec" in verdict["reason"]
+    assert "the edit adds dynamic code" in verdict["reason"] and where in verdict["reason"]
 
 
 def test_a_forgery_that_deletes_the_projects_own_exec_through_the_module_is_refused(make_repo, tmp_path):
