@@ -310,3 +310,29 @@ def test_where_installed_code_lies_is_learnt_ahead_and_judged_the_same(tmp_path:
     looked, again, learnt = json.loads(out.stdout)
     assert looked == again and looked[:2] == ["!", "!"]
     assert learnt == [True, False]
+
+
+def test_the_harness_compared_ahead_still_judges_what_changed_before_and_after(tmp_path: Path):
+    # The readied child compares the watched namespaces once while it waits (`warm_harness`): that
+    # judges nothing, takes nothing and notes nothing, so a change made before it (or after it) is
+    # still named by the check a test's report makes.
+    script = (
+        "import json, _pytest.runner, _pytest.python, ralph_pytest_report as r\n"
+        "_pytest.runner.call_and_report = lambda *a, **k: None\n"
+        "r.warm_harness()\n"
+        "before = dict(r._changed)\n"
+        "_pytest.python.Function.runtest = lambda self: None\n"
+        "r.warm_harness()\n"
+        "r._check_harness('the first report')\n"
+        "print(json.dumps([sorted(before), sorted(w for w, _ in r._changed)]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PLUGIN_DIR)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    before, after = json.loads(out.stdout)
+    assert before == []
+    assert after == [
+        "_pytest.python.Function.runtest was replaced",
+        "_pytest.runner.call_and_report was replaced",
+    ]

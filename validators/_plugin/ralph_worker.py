@@ -669,6 +669,14 @@ def _run_spare(template: dict, request_read: int, status_write: int, output: int
 ARGS_SOURCE = getattr(getattr(getattr(pytest, "Config", None), "ArgsSource", None), "ARGS", None)
 
 
+def _warm_harness() -> None:
+    """The report plugin's harness comparison done once ahead (`warm_harness`): pages it reads
+    become the spare's own while it waits, not during its first test's report."""
+    plugin = sys.modules.get("ralph_pytest_report")
+    if plugin is not None:
+        plugin.warm_harness()
+
+
 class _Waiter:
     """A pytest plugin in the spare: holds the session at the start of collection until the request
     comes, then points the session at the request's tests and lets collection go on."""
@@ -701,6 +709,7 @@ class _Waiter:
         if tainted:  # configuring imported the project: what it imported predates the candidate
             os._exit(3)
         with contextlib.suppress(Exception):  # (a help, never a cause of failure)
+            _warm_harness()
             _read_code_ahead(os.getcwd(), [t.partition("::")[0] for t in self.tests], self.request_read)
             _memoized_unmarshalling()
         self.request = json.loads(_read_all(self.request_read) or b"null")
