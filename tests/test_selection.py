@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
+import random
+
 from ralph.domain.candidate import PROTECTED_TESTS, FileChange, is_protected, line_edits, lines_of
 from ralph.validators.coverage import remap_coverage
 from ralph.validators.selection import (
@@ -236,3 +239,22 @@ def test_line_edits_are_a_diff_of_the_two_texts_lines():
         kept = [x for i, x in enumerate(before) if i not in changed]
         assert kept == [x for j, x in enumerate(after) if j not in added]  # (the rest is the same)
         assert lines_of(new) == tuple(after)
+
+
+def test_protected_paths_are_those_fnmatch_matches_with_any_of_the_patterns():
+    # One expression of all the patterns: the same answer as fnmatch with each, on globs with
+    # classes, negations, unclosed brackets, separators and regular-expression characters.
+    rnd = random.Random(7)
+    fixed = ["test_*.py", "*/test_*.py", "[!a]*.py", "q[]]z", "*[*", "weird(|)+.py", "*.{a,b}", "d/**"]
+    names = ["test_x.py", "a/test_b.py", "bcd.py", "q]z", "a[b", "weird(|)+.py", "x.{a,b}", "d/e/f", "a\nb"]
+    for name in names:
+        for k in range(len(fixed) + 1):
+            assert is_protected(name, fixed[:k]) == any(fnmatch.fnmatch(name, p) for p in fixed[:k])
+    for _ in range(5000):
+        patterns = ["".join(rnd.choice("ab/*?[]!.-\n") for _ in range(rnd.randint(0, 6))) for _ in range(3)]
+        name = "".join(rnd.choice("ab/.[]!-*?\n") for _ in range(rnd.randint(0, 6)))
+        assert is_protected(name, patterns) == any(fnmatch.fnmatch(name, p) for p in patterns), (
+            name,
+            patterns,
+        )
+    assert is_protected("tests/data/x.toml", (p for p in ["tests/data/*.toml"]))  # (any iterable)
