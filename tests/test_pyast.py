@@ -59,6 +59,7 @@ def _race(parse: Callable[[str], object], seconds: float = 2.0) -> list[str]:
     return errors
 
 
+@pytest.mark.slow
 def test_parsing_side_by_side_never_fails_spuriously() -> None:
     # ast.parse itself failed this race within 2 s in 6 tries of 6 on CPython 3.11.7 here
     # ("AST constructor recursion depth mismatch (before=15, after=4)"); not asserted, being a race.

@@ -49,6 +49,7 @@ def _statement_parsed_whole(
     return tops[0], reparsed(tops[0], old_lines, new_lines, changed)
 
 
+@pytest.mark.slow
 def test_the_innermost_statement_parsed_alone_is_the_whole_texts_statement_on_real_modules():
     used = tried = 0
     rng = random.Random(7)

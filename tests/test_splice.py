@@ -82,6 +82,7 @@ def _in_bodies(base: splice.Compiled, rng: random.Random, count: int) -> list[in
     return rng.sample(lines, min(count, len(lines)))
 
 
+@pytest.mark.slow
 def test_a_spliced_module_is_what_compiling_the_whole_text_gives_on_mutants_of_real_modules():
     rng = random.Random(11)
     spliced = tried = 0

@@ -527,6 +527,7 @@ def test_a_run_naming_its_tests_builds_items_for_those_alone(tmp_path: Path):
         warm.close()
 
 
+@pytest.mark.slow
 def test_a_unittest_class_named_by_some_of_its_tests_builds_items_for_those_alone(tmp_path: Path):
     # A conftest logs the items built in the class; a test checks unittest's loader is put back.
     write_files(
