@@ -1591,15 +1591,13 @@ class _Reach(ast.NodeVisitor):
                 self._add("dynamic-code", "a module's name deleted by a computed name", node)
         if isinstance(func, ast.Attribute) and func.attr == "__getattribute__" and node.args:
             # (`print.__getattribute__("__fles__"[::-1])`: as `getattr`, on a builtin function or a
-            # module by a computed name; a frame's way by name on anything)
+            # module by a computed name; a frame's way named by a string is `visit_Constant`'s)
             attribute, held = node.args[-1], func.value
             reaches = self._imported(held) or (
                 isinstance(held, ast.Name) and _builtin_function(held.id) and not self._defined(held.id)
             )
             if reaches and not (isinstance(attribute, ast.Constant) and isinstance(attribute.value, str)):
                 self._add("dynamic-code", "__getattribute__ by a computed name", node)
-            elif isinstance(attribute, ast.Constant) and attribute.value in _FRAME_ATTRS:
-                self._add("dynamic-code", f"__getattribute__({attribute.value!r})", node)
         if isinstance(func, ast.Attribute) and func.attr == "source_to_code":
             self._add("dynamic-code", "source_to_code", node)  # (a string compiled: `__loader__`'s)
         if isinstance(func, ast.Name) and func.id == "breakpoint" and (node.args or node.keywords):
